@@ -1,0 +1,86 @@
+"""What the agent core needs from storage, stated as Protocols; `bot.storage` implements them.
+
+Repositories return these plain dataclasses, never ORM objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from agent_core.events import Usage
+
+ApprovalState = Literal["pending", "once", "always", "deny", "expired", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    id: str
+    session_key: str
+    run_id: str
+    call_id: str
+    tool_name: str
+    action: str
+    requester: str
+    """Who may decide (owner identity such as "telegram:123", or "owner")."""
+    created_at: datetime
+    expires_at: datetime
+    state: ApprovalState = "pending"
+    resolved_by: str | None = None
+    resolved_at: datetime | None = None
+    chat_ref: str | None = None
+    """Adapter-owned pointer to the approval card (e.g. "telegram:<chat>:<message_id>")."""
+
+
+class TranscriptStore(Protocol):
+    async def load_transcript(self, session_key: str) -> list[dict[str, Any]]:
+        """Messages of the session's current epoch, oldest first, as Messages API dicts
+        ({"role": ..., "content": [blocks]})."""
+        ...
+
+    async def append_message(
+        self, session_key: str, run_id: str | None, role: str, content: list[dict[str, Any]]
+    ) -> None: ...
+
+
+class RunStore(Protocol):
+    async def start_run(self, run_id: str, session_key: str, model: str) -> None: ...
+
+    async def finish_run(
+        self, run_id: str, status: str, stop_reason: str, turns: int, usage: Usage
+    ) -> None: ...
+
+    async def record_tool_call(
+        self, run_id: str, call_id: str, name: str, input: dict[str, Any]
+    ) -> None: ...
+
+    async def finish_tool_call(
+        self, call_id: str, output: str, is_error: bool, duration_s: float
+    ) -> None: ...
+
+
+class ApprovalStore(Protocol):
+    async def create_approval(self, record: ApprovalRecord) -> None: ...
+
+    async def resolve_approval(
+        self, approval_id: str, state: ApprovalState, resolved_by: str | None, at: datetime
+    ) -> bool:
+        """Atomically move a pending approval to `state`; False if it was not pending."""
+        ...
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None: ...
+
+    async def pending_approvals(self) -> list[ApprovalRecord]: ...
+
+    async def set_approval_chat_ref(self, approval_id: str, chat_ref: str) -> None: ...
+
+    async def add_grant(self, session_key: str, tool_name: str) -> None:
+        """'Always allow in this session' for one tool."""
+        ...
+
+    async def grants(self, session_key: str) -> set[str]: ...
+
+
+class AgentStore(TranscriptStore, RunStore, ApprovalStore, Protocol):
+    """Everything the core persists."""

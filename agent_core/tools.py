@@ -1,0 +1,139 @@
+"""Tool definitions and the registry: a tool is a name, a pydantic input model, a risk class
+and an async function. Errors raised by a tool become error results, never crashes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from agent_core.risk import Risk, Scope
+
+TOOL_OUTPUT_CAP = 16_000
+"""Characters of one tool result that go to the model."""
+
+DEFAULT_TOOL_TIMEOUT_S = 30.0
+
+
+class ToolError(Exception):
+    """Raised by a tool to report a failure the model should read (becomes is_error)."""
+
+
+class Messenger(Protocol):
+    """Sends a message to the chat a session belongs to.
+
+    Implementers raise on delivery failure and return only once the platform confirmed it.
+    """
+
+    async def send(self, text: str) -> str:
+        """Deliver text; return a short confirmation such as the platform message id."""
+        ...
+
+
+class MemoryBackend(Protocol):
+    """Search and write access to memory, already confined to the session's scope."""
+
+    async def search(self, query: str, limit: int = 8) -> list[dict[str, Any]]: ...
+
+    async def append_log(self, text: str) -> Path: ...
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a tool may know about the run that called it."""
+
+    session_key: str
+    scope: Scope
+    workspace: Path
+    run_id: str = ""
+    memory: MemoryBackend | None = None
+    messenger: Messenger | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Typed services added later live in their own fields; this is for tests only."""
+
+
+I = TypeVar("I", bound=BaseModel)
+
+ToolFunc = Callable[[Any, ToolContext], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool(Generic[I]):
+    name: str
+    description: str
+    input_model: type[I]
+    risk: Risk
+    func: Callable[[I, ToolContext], Awaitable[str]]
+    timeout_s: float | None = None
+    """None → the registry default (30 s)."""
+    describe_action: Callable[[I], str] | None = None
+    """Full text of what the call will do, shown on approval cards (e.g. the command)."""
+
+    def schema(self) -> dict[str, Any]:
+        schema = self.input_model.model_json_schema()
+        schema.pop("title", None)
+        return {"name": self.name, "description": self.description, "input_schema": schema}
+
+    def action_text(self, parsed: I) -> str:
+        if self.describe_action is not None:
+            return self.describe_action(parsed)
+        return f"{self.name} {parsed.model_dump_json(indent=2)}"
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
+        self._tools: dict[str, Tool[Any]] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool[Any]) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool[Any] | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
+        wanted = set(names)
+        return ToolRegistry(t for n, t in self._tools.items() if n in wanted)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """Tool definitions for the Messages API, in registration order (byte-stable)."""
+        return [t.schema() for t in self._tools.values()]
+
+
+def tool(
+    name: str,
+    description: str,
+    input_model: type[I],
+    risk: Risk,
+    *,
+    timeout_s: float | None = None,
+    describe_action: Callable[[I], str] | None = None,
+) -> Callable[[Callable[[I, ToolContext], Awaitable[str]]], Tool[I]]:
+    """Decorator form: ``@tool("read_file", "...", ReadFileInput, Risk.READ)``."""
+
+    def wrap(func: Callable[[I, ToolContext], Awaitable[str]]) -> Tool[I]:
+        return Tool(name, description, input_model, risk, func, timeout_s, describe_action)
+
+    return wrap
+
+
+def cap_output(text: str, cap: int = TOOL_OUTPUT_CAP) -> str:
+    """Cut head + tail so the model sees both ends, with a note of what was dropped."""
+    if len(text) <= cap:
+        return text
+    note_budget = 120
+    keep = max(cap - note_budget, 0)
+    head = keep * 2 // 3
+    tail = keep - head
+    dropped = len(text) - head - tail
+    note = f"\n\n[… {dropped} characters omitted of {len(text)} …]\n\n"
+    return text[:head] + note + (text[-tail:] if tail else "")
