@@ -1,0 +1,286 @@
+"""The turn loop: call the model, run the tools it asks for, feed the results back, repeat —
+within a turn budget, with loop detection, correction rounds for malformed calls, and a
+transcript that is valid for the Messages API at every await."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from agent_core.events import (
+    Event,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    TurnEnded,
+    Usage,
+)
+from agent_core.llm import LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk
+from agent_core.ports import AgentStore
+from agent_core.prompt import ContextParts, request_messages, system_blocks, tool_definitions
+from agent_core.risk import Scope
+from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
+from agent_core.tools import ToolContext, ToolRegistry
+from agent_core.transcript import repair
+
+log = logging.getLogger(__name__)
+
+ContextBuilder = Callable[[str, Scope, datetime], ContextParts]
+ToolContextFactory = Callable[[str, Scope, str], ToolContext]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    model: str = "claude-sonnet-4-5"
+    max_turns: int = 10
+    max_tokens: int = 4096
+    max_corrections: int = 3
+    loop_repeats: int = 3
+    """The same tool with the same input this many times in one run ends the run."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    session_key: str
+    scope: Scope
+    content: list[dict[str, Any]]
+    """The user's message as content blocks (queued messages already joined)."""
+    model: str | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class _Stop(Exception):
+    def __init__(self, reason: str, notice: str) -> None:
+        self.reason = reason
+        self.notice = notice
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        *,
+        llm: LLMClient,
+        tools: ToolRegistry,
+        runner: ToolRunner,
+        store: AgentStore,
+        context: ContextBuilder,
+        tool_context: ToolContextFactory,
+        config: LoopConfig = LoopConfig(),
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        scope_tools: Callable[[Scope], ToolRegistry] | None = None,
+    ) -> None:
+        self._llm = llm
+        self._tools = tools
+        self._runner = runner
+        self._store = store
+        self._context = context
+        self._tool_context = tool_context
+        self.config = config
+        self._now = now
+        self._scope_tools = scope_tools
+
+    async def run(self, request: RunRequest) -> AsyncIterator[Event]:
+        """Yield the run's events: RunStarted first, RunFinished or RunFailed last.
+
+        Cancelling the consumer cancels the run; the transcript is left valid either way.
+        """
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+
+        async def emit(event: Event) -> None:
+            queue.put_nowait(event)
+
+        async def body() -> None:
+            try:
+                await self._run(request, emit)
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.create_task(body(), name=f"run:{request.run_id}")
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            await task  # surfaces an unexpected crash of the body
+        finally:
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+
+    async def _run(self, request: RunRequest, emit: Callable[[Event], Any]) -> None:
+        model = request.model or self.config.model
+        run_id = request.run_id
+        await self._store.start_run(run_id, request.session_key, model)
+        await emit(RunStarted(run_id, request.session_key))
+        state = _RunState()
+        try:
+            messages = repair(await self._store.load_transcript(request.session_key))
+            await self._append(request, "user", request.content, messages)
+            context = self._context(request.session_key, request.scope, self._now())
+            system = system_blocks(request.scope, context)
+            tools = self._scope_tools(request.scope) if self._scope_tools else self._tools
+            tool_defs = tool_definitions(tools.schemas())
+            ctx = self._tool_context(request.session_key, request.scope, run_id)
+            grants = await self._store.grants(request.session_key)
+            try:
+                await self._turns(request, model, system, tool_defs, messages, ctx, grants, state, emit)
+            except _Stop as stop:
+                notice = stop.notice if not state.text else f"\n\n{stop.notice}"
+                state.text += notice
+                await emit(TextDelta(notice))
+                state.stop_reason = stop.reason
+            await self._store.finish_run(run_id, "finished", state.stop_reason, state.turns, state.usage)
+            await emit(RunFinished(run_id, state.stop_reason, state.turns, state.usage, state.text, model))
+        except LLMError as exc:
+            await self._store.finish_run(run_id, "failed", type(exc).__name__, state.turns, state.usage)
+            await emit(RunFailed(run_id, str(exc), type(exc).__name__, state.usage))
+        except _Malformed as exc:
+            await self._store.finish_run(run_id, "failed", "malformed_output", state.turns, state.usage)
+            await emit(RunFailed(run_id, str(exc), "malformed_output", state.usage))
+        except asyncio.CancelledError:
+            await asyncio.shield(
+                self._store.finish_run(run_id, "cancelled", "cancelled", state.turns, state.usage)
+            )
+            raise
+
+    async def _turns(
+        self,
+        request: RunRequest,
+        model: str,
+        system: list[dict[str, Any]],
+        tool_defs: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        ctx: ToolContext,
+        grants: set[str],
+        state: _RunState,
+        emit: Callable[[Event], Any],
+    ) -> None:
+        corrections = 0
+        seen_calls: dict[str, int] = {}
+        for turn in range(1, self.config.max_turns + 1):
+            state.turns = turn
+            llm_request = LLMRequest(model, system, tool_defs, request_messages(messages), self.config.max_tokens)
+            done: MessageComplete | None = None
+            async for item in self._llm.stream(llm_request):
+                if isinstance(item, TextChunk):
+                    state.text += item.text
+                    await emit(TextDelta(item.text))
+                else:
+                    done = item
+            assert done is not None, "LLMClient.stream must end with MessageComplete"
+            state.usage = state.usage + done.usage
+            await emit(TurnEnded(turn))
+            calls = [
+                ToolCall(b["id"], b["name"], b["input"]) for b in done.content if b["type"] == "tool_use"
+            ]
+            if done.content:
+                await self._append(request, "assistant", done.content, messages)
+            if not calls:
+                state.stop_reason = done.stop_reason
+                if done.stop_reason == "max_tokens" and done.content:
+                    state.stop_reason = "max_tokens"
+                return
+            malformed = {m.call_id: m for m in done.malformed}
+            if done.stop_reason == "max_tokens":
+                # A tool call cut off by the token limit has a truncated input: never run it.
+                for call in calls:
+                    malformed.setdefault(call.id, _truncated(call))
+            corrections = corrections + 1 if malformed else 0
+            try:
+                outcomes = await self._run_tools(calls, malformed, seen_calls, ctx, grants, emit)
+            except asyncio.CancelledError:
+                cancelled = [
+                    ToolOutcome(c.id, "Cancelled: the user stopped the run.", True).as_block() for c in calls
+                ]
+                await self._append(request, "user", cancelled, messages)
+                raise
+            await self._append(request, "user", [o.as_block() for o in outcomes], messages)
+            if malformed and corrections >= self.config.max_corrections:
+                raise _Malformed(
+                    f"Stopped: the model sent malformed tool calls {corrections} times in a row. "
+                    "Please try again, perhaps rephrased."
+                )
+            repeated = [c.name for c in calls if seen_calls.get(_call_key(c), 0) >= self.config.loop_repeats]
+            if repeated:
+                raise _Stop(
+                    "loop_detected",
+                    f"(Stopped: {repeated[0]} was called {self.config.loop_repeats} times with the "
+                    "same input. Tell me how to proceed.)",
+                )
+        raise _Stop(
+            "max_turns",
+            f"(Stopped after {self.config.max_turns} steps without a final answer; "
+            "say 'continue' to go on.)",
+        )
+
+    async def _run_tools(
+        self,
+        calls: list[ToolCall],
+        malformed: dict[str, Any],
+        seen_calls: dict[str, int],
+        ctx: ToolContext,
+        grants: set[str],
+        emit: Callable[[Event], Any],
+    ) -> list[ToolOutcome]:
+        runnable: list[ToolCall] = []
+        fixed: dict[str, ToolOutcome] = {}
+        for call in calls:
+            if call.id in malformed:
+                problem = malformed[call.id].problem
+                fixed[call.id] = ToolOutcome(
+                    call.id,
+                    f"Your input for {call.name} was {problem}. Send the call again with a "
+                    "complete JSON object matching the tool's schema.",
+                    True,
+                )
+                continue
+            key = _call_key(call)
+            seen_calls[key] = seen_calls.get(key, 0) + 1
+            if seen_calls[key] > self.config.loop_repeats:
+                fixed[call.id] = ToolOutcome(call.id, "Not run: this exact call was repeated too often.", True)
+                continue
+            runnable.append(call)
+        results = await self._runner.run_all(runnable, ctx, grants, emit) if runnable else []
+        by_id = {o.call_id: o for o in results} | fixed
+        return [by_id[c.id] for c in calls]
+
+    async def _append(
+        self, request: RunRequest, role: str, content: list[dict[str, Any]], messages: list[dict[str, Any]]
+    ) -> None:
+        # Written before anything acts on it, shielded so a cancellation cannot leave the
+        # database and the in-memory conversation disagreeing.
+        messages.append({"role": role, "content": content})
+        await asyncio.shield(self._store.append_message(request.session_key, request.run_id, role, content))
+
+
+class _Malformed(Exception):
+    pass
+
+
+@dataclass
+class _RunState:
+    text: str = ""
+    turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str = "end_turn"
+
+
+@dataclass(frozen=True, slots=True)
+class _TruncatedCall:
+    problem: str
+
+
+def _truncated(call: ToolCall) -> _TruncatedCall:
+    return _TruncatedCall("cut off by the output token limit")
+
+
+def _call_key(call: ToolCall) -> str:
+    return f"{call.name}:{json.dumps(call.input, sort_keys=True, ensure_ascii=False)}"

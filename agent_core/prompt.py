@@ -1,0 +1,56 @@
+"""Assembles the request: a byte-stable, cached prefix (tools, identity) and a volatile tail."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Protocol
+
+from agent_core.risk import Scope
+from agent_core.transcript import merge_consecutive
+
+CACHE = {"type": "ephemeral"}
+
+MAIN_PREAMBLE = (
+    "You are Roost, a personal AI agent. This is your owner's private main session: you may "
+    "use their memory and act on their machine with the tools you have; risky actions are "
+    "confirmed by the owner before they run."
+)
+SUB_PREAMBLE = (
+    "You are Roost, a personal AI agent, answering in a shared or non-owner chat. This is an "
+    "isolated session: you have no access to your owner's private memory or private "
+    "conversations, and you must not claim otherwise."
+)
+
+
+class ContextParts(Protocol):
+    @property
+    def stable(self) -> str: ...
+
+    @property
+    def volatile(self) -> str: ...
+
+
+def system_blocks(scope: Scope, context: ContextParts) -> list[dict[str, Any]]:
+    preamble = MAIN_PREAMBLE if scope is Scope.MAIN else SUB_PREAMBLE
+    blocks: list[dict[str, Any]] = [
+        {"type": "text", "text": f"{preamble}\n\n{context.stable}".rstrip(), "cache_control": CACHE}
+    ]
+    if context.volatile.strip():
+        blocks.append({"type": "text", "text": context.volatile})
+    return blocks
+
+
+def tool_definitions(schemas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    tools = copy.deepcopy(schemas)
+    if tools:
+        tools[-1]["cache_control"] = CACHE
+    return tools
+
+
+def request_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as sent: merged by role, with a cache breakpoint on the newest block so the
+    conversation so far is read from cache on the next turn."""
+    merged = merge_consecutive(messages)
+    if merged:
+        merged[-1]["content"][-1] = {**merged[-1]["content"][-1], "cache_control": CACHE}
+    return merged
