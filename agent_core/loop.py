@@ -27,13 +27,13 @@ from agent_core.ports import AgentStore
 from agent_core.prompt import ContextParts, request_messages, system_blocks, tool_definitions
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
-from agent_core.tools import ToolContext, ToolRegistry
+from agent_core.tools import Messenger, ToolContext, ToolRegistry
 from agent_core.transcript import repair
 
 log = logging.getLogger(__name__)
 
 ContextBuilder = Callable[[str, Scope, datetime], ContextParts]
-ToolContextFactory = Callable[[str, Scope, str], ToolContext]
+ToolContextFactory = Callable[["RunRequest"], ToolContext]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +54,8 @@ class RunRequest:
     """The user's message as content blocks (queued messages already joined)."""
     model: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    messenger: Messenger | None = None
+    """Delivers send_message calls to the chat this run answers."""
 
 
 class _Stop(Exception):
@@ -128,7 +130,7 @@ class AgentLoop:
             system = system_blocks(request.scope, context)
             tools = self._scope_tools(request.scope) if self._scope_tools else self._tools
             tool_defs = tool_definitions(tools.schemas())
-            ctx = self._tool_context(request.session_key, request.scope, run_id)
+            ctx = self._tool_context(request)
             grants = await self._store.grants(request.session_key)
             try:
                 await self._turns(request, model, system, tool_defs, messages, ctx, grants, state, emit)

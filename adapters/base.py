@@ -1,0 +1,53 @@
+"""The contract between the composition root and a platform adapter.
+
+An adapter turns platform events into `Inbound` values handed to an `InboundHandler`, and
+renders a run's events through a `ReplySink` it creates per reply. It never decides access
+or sessions (the router does) and never talks to the model.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from agent_core.approvals import Decision, ResolveResult
+from agent_core.events import Event
+from agent_core.inbound import Inbound, ReplyTarget
+
+
+class ReplySink(Protocol):
+    """Renders one run's events into one chat. `handle` is called in event order;
+    `aclose` is always called, also after cancellation, and must leave the chat in a final
+    state (no half-edited message left looking 'in progress')."""
+
+    async def handle(self, event: Event) -> None: ...
+
+    async def aclose(self, *, cancelled: bool = False) -> None: ...
+
+
+class InboundHandler(Protocol):
+    """Implemented by the composition root; adapters call it."""
+
+    async def receive(self, inbound: Inbound) -> None:
+        """Take a message; returns once it is accepted (queued), not when answered."""
+        ...
+
+    async def decide(self, approval_id: str, decision: Decision, identity: str) -> ResolveResult:
+        """A person pressed an approval button (or answered the terminal prompt)."""
+        ...
+
+
+class Adapter(Protocol):
+    platform: str
+
+    async def start(self, handler: InboundHandler) -> None:
+        """Connect and begin delivering inbound messages to `handler`."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+    def open_reply(self, target: ReplyTarget) -> ReplySink: ...
+
+    async def send_text(self, target: ReplyTarget, text: str) -> str:
+        """Send a short standalone message (notices, scheduled messages, send_message).
+        Returns the platform message id; raises on delivery failure."""
+        ...

@@ -1,0 +1,126 @@
+"""The composition root: settings → storage → workspace → model client → tools → agent →
+conversations → adapters, inside one AsyncExitStack so everything closes in reverse order."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from adapters.base import Adapter
+from agent_core.approvals import ApprovalGate
+from agent_core.builtin_tools import default_tools
+from agent_core.llm import AnthropicLLM, FallbackLLM, LLMClient
+from agent_core.loop import AgentLoop, LoopConfig, RunRequest
+from agent_core.risk import Scope
+from agent_core.tool_runner import ToolRunner
+from agent_core.tools import ToolContext, ToolRegistry
+from bot.conversations import Conversations
+from bot.router import Router
+from bot.settings import Settings
+from bot.storage import Storage
+from workspace.bootstrap import ensure_workspace
+from workspace.context import build_context
+from workspace.memory_index import MemoryIndex, ScopedMemory
+
+log = logging.getLogger(__name__)
+
+CONSOLE_IDENTITY = "console:owner"
+
+
+@dataclass
+class Roost:
+    settings: Settings
+    storage: Storage
+    conversations: Conversations
+    agent: AgentLoop
+    gate: ApprovalGate
+    memory: MemoryIndex
+
+
+@contextlib.asynccontextmanager
+async def build(
+    settings: Settings,
+    adapters: Sequence[Adapter] = (),
+    *,
+    llm: LLMClient | None = None,
+) -> AsyncIterator[Roost]:
+    """Build the whole application; adapters are started by the caller (see `serve`)."""
+    async with contextlib.AsyncExitStack() as stack:
+        settings.home_dir.mkdir(parents=True, exist_ok=True)
+        root = settings.workspace_dir
+        ensure_workspace(root)
+        storage = await Storage.open(settings.db_url)
+        stack.push_async_callback(storage.aclose)
+
+        memory = MemoryIndex(storage.engine, root)
+        await memory.sync()
+
+        if llm is None:
+            client = AnthropicLLM(
+                api_key=settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
+                base_url=settings.anthropic_base_url,
+                max_retries=settings.agent.max_retries,
+            )
+            stack.push_async_callback(client.aclose)
+            llm = client
+        if settings.agent.fallback_models:
+            llm = FallbackLLM(llm, settings.agent.fallback_models)
+
+        registry = ToolRegistry(default_tools(exec_max_timeout_s=settings.agent.exec_max_timeout_s))
+        gate = ApprovalGate(
+            storage, approvers=[*settings.owners, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s
+        )
+        for record in await gate.expire_orphans():
+            log.info("approval.expired_at_start", extra={"approval": record.id})
+        runner = ToolRunner(registry, gate, storage, default_timeout_s=settings.agent.tool_timeout_s)
+
+        def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202
+            return build_context(root, session_key, scope, now)
+
+        def tool_context(request: RunRequest) -> ToolContext:
+            return ToolContext(
+                session_key=request.session_key,
+                scope=request.scope,
+                workspace=root,
+                run_id=request.run_id,
+                memory=ScopedMemory(memory, root, request.session_key, request.scope),
+                messenger=request.messenger,
+            )
+
+        agent = AgentLoop(
+            llm=llm,
+            tools=registry,
+            runner=runner,
+            store=storage,
+            context=context,
+            tool_context=tool_context,
+            config=LoopConfig(
+                model=settings.agent.model,
+                max_turns=settings.agent.max_turns,
+                max_tokens=settings.agent.max_tokens,
+            ),
+        )
+        router = Router(
+            storage,
+            owners=settings.owners,
+            allowed_groups={
+                "telegram": settings.telegram.allowed_groups,
+                "discord": settings.discord.allowed_channels,
+            },
+        )
+        conversations = Conversations(
+            storage=storage,
+            router=router,
+            agent=agent,
+            gate=gate,
+            adapters={a.platform: a for a in adapters},
+            workspace=root,
+            models=[settings.agent.model, *settings.agent.fallback_models],
+            queue_mode=settings.agent.queue_mode,
+            max_concurrent_runs=settings.agent.max_concurrent_runs,
+        )
+        stack.push_async_callback(conversations.aclose)
+        yield Roost(settings, storage, conversations, agent, gate, memory)

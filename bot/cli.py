@@ -1,0 +1,195 @@
+"""The `roost` command: run, chat, init, doctor, pairing, memory."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Sequence
+
+from bot.settings import ConfigError, Settings, load_settings
+
+EXIT_CONFIG = 2
+
+NO_PLATFORM = """\
+No chat platform is configured, so there is nothing for `roost run` to serve.
+Set one of:
+  TELEGRAM_BOT_TOKEN=<token from @BotFather>   (and ROOST_OWNERS='["telegram:<your user id>"]')
+  DISCORD_BOT_TOKEN=<bot token>                 (and ROOST_OWNERS='["discord:<your user id>"]')
+or talk to Roost in this terminal with:  roost chat"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"roost: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    from bot.logs import setup_logging
+
+    setup_logging(args.log_level or settings.log_level, settings.secrets)
+    handler = {
+        "run": _run,
+        "chat": _chat,
+        "init": _init,
+        "doctor": _doctor,
+        "pairing": _pairing,
+        "memory": _memory,
+    }[args.command]
+    try:
+        return asyncio.run(handler(settings, args))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="roost", description="Roost, a personal AI agent in your chats.")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING (default from ROOST_LOG_LEVEL or INFO)")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("run", help="serve every configured chat platform")
+    sub.add_parser("chat", help="talk to Roost in this terminal as the owner (main session)")
+    sub.add_parser("init", help="create ROOST_HOME with the workspace and the database")
+    sub.add_parser("doctor", help="check configuration, database, workspace and tokens")
+    pairing = sub.add_parser("pairing", help="approve or list pairing requests")
+    pairing_sub = pairing.add_subparsers(dest="action", required=True)
+    approve = pairing_sub.add_parser("approve", help="approve a pairing code")
+    approve.add_argument("platform", choices=["telegram", "discord"])
+    approve.add_argument("code")
+    pairing_sub.add_parser("list", help="list pending pairing requests")
+    memory = sub.add_parser("memory", help="memory index maintenance")
+    memory_sub = memory.add_subparsers(dest="action", required=True)
+    memory_sub.add_parser("reindex", help="rebuild the memory search index from the files")
+    return parser
+
+
+async def _run(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.platforms import configured_adapters
+
+    adapters = configured_adapters(settings)
+    if not adapters:
+        print(NO_PLATFORM, file=sys.stderr)
+        return EXIT_CONFIG
+    from bot.app import build
+
+    async with build(settings, adapters) as app:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        async with contextlib.AsyncExitStack() as running:
+            for adapter in adapters:
+                await adapter.start(app.conversations)
+                running.push_async_callback(adapter.aclose)
+            names = ", ".join(a.platform for a in adapters)
+            print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
+            await stop.wait()
+    return 0
+
+
+async def _chat(settings: Settings, args: argparse.Namespace) -> int:
+    from adapters.console import ConsoleAdapter
+    from bot.app import build
+
+    console = ConsoleAdapter()
+    async with build(settings, [console]) as app:
+        loop = asyncio.get_running_loop()
+
+        def interrupt() -> None:
+            # Ctrl-C stops the running answer; with nothing running it leaves.
+            if not app.conversations.lanes.stop("main"):
+                repl.cancel()
+
+        repl = asyncio.create_task(_console_session(console, app))
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signal.SIGINT, interrupt)
+        with contextlib.suppress(asyncio.CancelledError):
+            await repl
+        await console.aclose()
+    return 0
+
+
+async def _console_session(console, app) -> None:  # noqa: ANN001
+    await console.start(app.conversations)
+    await console.repl()
+
+
+async def _init(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.storage import Storage
+    from workspace.bootstrap import ensure_workspace
+
+    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    created = ensure_workspace(settings.workspace_dir)
+    storage = await Storage.open(settings.db_url)
+    await storage.aclose()
+    print(f"Roost home: {settings.home_dir}")
+    print(f"Workspace: {settings.workspace_dir} ({len(created)} files and folders created)")
+    print(f"Database: {_safe_url(settings.db_url)} (migrated to the latest schema)")
+    print("Next: set ANTHROPIC_API_KEY, then `roost chat`, or a bot token and `roost run`.")
+    return 0
+
+
+async def _doctor(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.doctor import run_checks
+
+    checks = await run_checks(settings)
+    width = max(len(c.name) for c in checks)
+    for check in checks:
+        mark = {"ok": "✓", "warn": "!", "fail": "✗"}[check.status]
+        print(f"{mark} {check.name.ljust(width)}  {check.detail}")
+        if check.fix and check.status != "ok":
+            print(f"  {' ' * width}  fix: {check.fix}")
+    return 1 if any(c.status == "fail" for c in checks) else 0
+
+
+async def _pairing(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.storage import Storage
+
+    storage = await Storage.open(settings.db_url)
+    try:
+        if args.action == "list":
+            pending = await storage.list_pending_pairings()
+            if not pending:
+                print("No pending pairing requests.")
+            for p in pending:
+                print(f"{p.platform} {p.code}  {p.user_name or ''} (user {p.user_id}), expires {p.expires_at:%Y-%m-%d %H:%M} UTC")
+            return 0
+        paired = await storage.approve_pairing(args.platform, args.code.strip().upper())
+        if paired is None:
+            print(f"No pending pairing code {args.code!r} on {args.platform} (wrong or expired).", file=sys.stderr)
+            return 1
+        print(f"Paired {paired.user_name or paired.user_id} ({args.platform} user {paired.user_id}).")
+        return 0
+    finally:
+        await storage.aclose()
+
+
+async def _memory(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.storage import Storage
+    from workspace.memory_index import reindex_memory
+
+    storage = await Storage.open(settings.db_url)
+    try:
+        count = await reindex_memory(storage.engine, settings.workspace_dir)
+        print(f"Memory index rebuilt: {count} files indexed.")
+        return 0
+    finally:
+        await storage.aclose()
+
+
+def _safe_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

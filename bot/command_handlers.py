@@ -1,0 +1,142 @@
+"""What each chat command does. Answers are plain text for the adapter to send."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agent_core.inbound import Inbound, ReplyTarget
+from agent_core.risk import Scope
+from agent_core.transcript import repair
+from bot.commands import COMMANDS, HELP, Command, estimate_cost
+from bot.router import Accept
+
+if TYPE_CHECKING:
+    from bot.conversations import Conversations
+
+
+class CommandHandlers:
+    def __init__(self, conversations: Conversations) -> None:
+        self._c = conversations
+
+    async def run(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        handler = getattr(self, f"_cmd_{command.name}", None)
+        if handler is None:
+            return f"Unknown command /{command.name}. Send /help to see what I understand."
+        return await handler(command, inbound, route)
+
+    async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        who = "This is your private main session." if route.is_owner else "This is an isolated session."
+        return f"Hi {inbound.sender_name}! {who}\n\n{HELP}"
+
+    async def _cmd_help(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        return HELP
+
+    async def _cmd_new(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        if self._c.lanes.is_busy(route.session_key):
+            return "I'm in the middle of an answer; /stop it first, then /new."
+        await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
+        await self._c.storage.new_epoch(route.session_key)
+        return "Started a fresh session: I won't see the earlier messages of this chat."
+
+    async def _cmd_stop(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        if self._c.lanes.stop(route.session_key):
+            return "Stopped."
+        return "Nothing is running."
+
+    async def _cmd_status(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        storage = self._c.storage
+        session = await storage.get_session(route.session_key)
+        model = (session.model_override if session else None) or self._c.models[0]
+        usage = await storage.usage_for_session(route.session_key)
+        transcript = repair(await storage.load_transcript(route.session_key))
+        context_tokens = sum(len(str(m["content"])) for m in transcript) // 4
+        cost = estimate_cost(
+            model, usage.input_tokens, usage.output_tokens, usage.cache_read_input_tokens,
+            usage.cache_creation_input_tokens,
+        )
+        lines = [
+            f"Model: {model}",
+            f"Session: {route.session_key} ({'main' if route.scope is Scope.MAIN else 'isolated'})",
+            f"Runs: {usage.runs}, turns: {usage.turns}",
+            f"Tokens: {usage.input_tokens:,} in, {usage.output_tokens:,} out, "
+            f"{usage.cache_read_input_tokens:,} read from cache, {usage.cache_creation_input_tokens:,} written to cache",
+            f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown for this model",
+            f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
+            "Busy: yes" if self._c.lanes.is_busy(route.session_key) else "Busy: no",
+        ]
+        queued = self._c.lanes.queued(route.session_key)
+        if queued:
+            lines.append(f"Queued messages: {queued}")
+        return "\n".join(lines)
+
+    async def _cmd_model(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        models = self._c.models
+        session = await self._c.storage.get_session(route.session_key)
+        current = (session.model_override if session else None) or models[0]
+        if not command.args:
+            listing = "\n".join(f"{'• ' if m == current else '  '}{m}" for m in models)
+            return f"Current model: {current}\nConfigured models:\n{listing}\nSwitch with /model <name>."
+        wanted = command.args.strip()
+        if wanted not in models:
+            return f"{wanted!r} is not configured. Choose one of: {', '.join(models)}."
+        await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
+        await self._c.storage.set_model(route.session_key, None if wanted == models[0] else wanted)
+        return f"Model for this session: {wanted}."
+
+    async def _cmd_pair(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        if not route.is_owner:
+            return "Only the owner can approve pairing codes."
+        platform, _, code = command.args.partition(" ")
+        if not code:
+            platform, code = inbound.platform, platform
+        paired = await self._c.storage.approve_pairing(platform, code.strip().upper())
+        if paired is None:
+            return f"No pending pairing code {code.strip().upper()!r} on {platform} (wrong or expired)."
+        await self._notify_user(platform, paired.user_id, "You're paired — send me a message any time.")
+        return f"Paired {paired.user_name or paired.user_id} on {platform}."
+
+    async def group_admin(self, command: Command, inbound: Inbound) -> bool:
+        """/allow and /disallow work in groups not yet allowed; only the owner may use them."""
+        if command.name not in ("allow", "disallow"):
+            return False
+        target = ReplyTarget.of(inbound)
+        adapter = self._c.adapters.get(inbound.platform)
+        if not self._c.router.is_owner(inbound):
+            reply = "Only my owner can change where I answer."
+        elif command.name == "allow":
+            await self._c.storage.allow_group(inbound.platform, inbound.chat_id)
+            reply = "I'll answer in this group when mentioned."
+        else:
+            await self._c.storage.disallow_group(inbound.platform, inbound.chat_id)
+            reply = "I won't answer in this group any more."
+        if adapter is not None:
+            await adapter.send_text(target, reply)
+        return True
+
+    def pairing_text(self, code: str | None) -> str:
+        if code is None:
+            return "Too many people are waiting for pairing right now; please try again later."
+        return (
+            f"Hi! I only talk to people my owner has approved. Your pairing code is {code} "
+            "(valid for 1 hour). Send it to my owner; once they approve it, write again."
+        )
+
+    async def tell_owner_about_pairing(self, inbound: Inbound, code: str) -> None:
+        text = (
+            f"{inbound.sender_name} ({inbound.platform} user {inbound.sender_id}) asks to talk to me. "
+            f"Approve with /pair {code} here, or `roost pairing approve {inbound.platform} {code}`."
+        )
+        for owner in self._c.router.owners_on(inbound.platform):
+            await self._notify_user(inbound.platform, owner, text)
+
+    async def _notify_user(self, platform: str, user_id: str, text: str) -> None:
+        adapter = self._c.adapters.get(platform)
+        if adapter is None:
+            return
+        try:
+            await adapter.send_text(ReplyTarget(platform, user_id), text)
+        except Exception:  # the owner may never have opened a chat with the bot
+            pass
+
+
+

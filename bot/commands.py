@@ -1,0 +1,66 @@
+"""Chat commands, platform-neutral: parsing and the text each one answers with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+COMMANDS: dict[str, str] = {
+    "start": "introduction and how to use me",
+    "help": "what I can do and the commands",
+    "new": "start a fresh session (I forget this chat's history)",
+    "stop": "cancel the answer I'm working on",
+    "status": "model, session, turns, tokens, cost and context size",
+    "model": "show or switch the model: /model <name>",
+}
+GROUP_COMMANDS: dict[str, str] = {
+    "allow": "owner only: let me answer in this group",
+    "disallow": "owner only: stop answering in this group",
+}
+
+HELP = "\n".join(
+    [
+        "I'm Roost, a personal AI agent.",
+        "In a private chat with my owner I remember things and can act on their machine; "
+        "anything risky waits for a button press. In groups, mention me (@name or reply to "
+        "me) and I answer with no access to private memory.",
+        "",
+        "Commands:",
+        *[f"/{name} — {text}" for name, text in COMMANDS.items()],
+        *[f"/{name} — {text}" for name, text in GROUP_COMMANDS.items()],
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+    args: str
+
+
+def parse_command(text: str, bot_username: str | None = None) -> Command | None:
+    """`/name[@bot] args` → Command; None for ordinary text or a command for another bot."""
+    if not text.startswith("/") or len(text) < 2:
+        return None
+    head, _, args = text[1:].partition(" ")
+    name, _, addressee = head.partition("@")
+    if addressee and bot_username and addressee.lower() != bot_username.lower():
+        return None
+    if not name or not name.replace("_", "").isalnum():
+        return None
+    return Command(name.lower(), args.strip())
+
+
+# Rough list prices in USD per million tokens (input, output, cache read, cache write); the
+# /status cost is an estimate and says so.
+PRICES: dict[str, tuple[float, float, float, float]] = {
+    "opus": (15.0, 75.0, 1.5, 18.75),
+    "sonnet": (3.0, 15.0, 0.3, 3.75),
+    "haiku": (0.8, 4.0, 0.08, 1.0),
+}
+
+
+def estimate_cost(model: str, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> float | None:
+    for family, (p_in, p_out, p_read, p_write) in PRICES.items():
+        if family in model:
+            return (input_tokens * p_in + output_tokens * p_out + cache_read * p_read + cache_write * p_write) / 1e6
+    return None

@@ -1,0 +1,118 @@
+"""Access control and session choice for each inbound message (DESIGN.md, Data flow 2).
+
+Decides, in this order: owner / paired user / stranger (pairing) for private chats; allowed
+group and mention gating for groups. Unmentioned group messages are kept as read-only context
+for the next mention. Everything refused is logged with its reason, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from agent_core.inbound import Inbound
+from agent_core.risk import Scope
+from bot.session_keys import scope_of, session_key
+from bot.storage import Storage
+
+log = logging.getLogger(__name__)
+
+PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O/1/I: read aloud without doubt
+PAIRING_CODE_LENGTH = 8
+PAIRING_TTL = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    session_key: str
+    scope: Scope
+    is_owner: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsPairing:
+    code: str | None
+    """None when too many codes are pending: the stranger is told to try later."""
+
+
+@dataclass(frozen=True, slots=True)
+class Buffered:
+    """An unmentioned group message, kept as context for the next mention."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    reason: str
+
+
+Route = Accept | NeedsPairing | Buffered | Ignored
+
+
+def new_pairing_code() -> str:
+    return "".join(secrets.choice(PAIRING_ALPHABET) for _ in range(PAIRING_CODE_LENGTH))
+
+
+class Router:
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        owners: Collection[str],
+        allowed_groups: dict[str, Collection[str]],
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._storage = storage
+        self._owners = frozenset(owners)
+        self._allowed_groups = {p: frozenset(ids) for p, ids in allowed_groups.items()}
+        self._now = now
+
+    def owners_on(self, platform: str) -> list[str]:
+        return [o.partition(":")[2] for o in sorted(self._owners) if o.startswith(f"{platform}:")]
+
+    def is_owner(self, inbound: Inbound) -> bool:
+        return inbound.platform == "console" or inbound.identity in self._owners
+
+    async def group_allowed(self, inbound: Inbound) -> bool:
+        static = self._allowed_groups.get(inbound.platform, frozenset())
+        if "*" in static or inbound.chat_id in static:
+            return True
+        return await self._storage.is_group_allowed(inbound.platform, inbound.chat_id)
+
+    async def route(self, inbound: Inbound) -> Route:
+        owner = self.is_owner(inbound)
+        if inbound.chat_kind == "private":
+            if owner or await self._storage.is_paired(inbound.platform, inbound.sender_id):
+                key = session_key(inbound, is_owner=owner)
+                return Accept(key, scope_of(key), owner)
+            return await self._pairing(inbound)
+        if not await self.group_allowed(inbound):
+            log.info("router.group_not_allowed", extra={"platform": inbound.platform, "chat": inbound.chat_id})
+            return Ignored("group not allowed")
+        key = session_key(inbound, is_owner=owner)
+        if not inbound.mentioned:
+            await self._storage.add_group_message(key, inbound.sender_name, inbound.text, inbound.received_at)
+            return Buffered()
+        return Accept(key, scope_of(key), owner)
+
+    async def _pairing(self, inbound: Inbound) -> NeedsPairing:
+        for _ in range(5):
+            code = new_pairing_code()
+            try:
+                created = await self._storage.create_pairing(
+                    inbound.platform,
+                    inbound.sender_id,
+                    inbound.sender_name,
+                    code,
+                    self._now() + PAIRING_TTL,
+                )
+            except Exception as exc:  # a code collision: draw again
+                if type(exc).__name__ != "PairingCodeInUse":
+                    raise
+                continue
+            if created is None:
+                return NeedsPairing(None)
+            return NeedsPairing(created.code)
+        return NeedsPairing(None)

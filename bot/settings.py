@@ -1,0 +1,176 @@
+"""Configuration: environment (prefix ROOST_, `__` for nesting) over `roost.toml`.
+
+The names here are a public interface (DESIGN.md, Configuration). Only `bot.app` and the
+CLI call `load_settings`; everything else receives the typed sub-settings it needs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+TELEGRAM_API = "https://api.telegram.org/bot"
+
+
+class ConfigError(Exception):
+    """One clear message naming the offending key(s)."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentSettings(_Section):
+    model: str = "claude-sonnet-4-5"
+    fallback_models: list[str] = []
+    max_turns: int = Field(10, ge=1, le=200)
+    max_tokens: int = Field(4096, ge=1)
+    tool_timeout_s: float = Field(30.0, gt=0)
+    exec_max_timeout_s: float = Field(300.0, gt=0)
+    approval_ttl_s: float = Field(600.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10)
+    queue_mode: Literal["collect", "followup"] = "collect"
+    max_concurrent_runs: int = Field(16, ge=1)
+
+
+class TelegramSettings(_Section):
+    base_url: str = TELEGRAM_API
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str | None = None
+    webhook_listen: str = "0.0.0.0:8443"
+    webhook_secret: SecretStr | None = None
+    allowed_groups: list[str] = []
+
+    @field_validator("allowed_groups", mode="before")
+    @classmethod
+    def _ids_as_str(cls, value: Any) -> Any:
+        return [str(v) for v in value] if isinstance(value, list) else value
+
+
+class DiscordSettings(_Section):
+    allowed_guilds: list[str] = []
+    allowed_channels: list[str] = []
+
+    @field_validator("allowed_guilds", "allowed_channels", mode="before")
+    @classmethod
+    def _ids_as_str(cls, value: Any) -> Any:
+        return [str(v) for v in value] if isinstance(value, list) else value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ROOST_", env_nested_delimiter="__", extra="forbid", populate_by_name=True
+    )
+
+    home: Path = Path("~/.roost")
+    database_url: str | None = None
+    workspace: Path | None = None
+    owners: list[str] = []
+    agent: AgentSettings = AgentSettings()
+    telegram: TelegramSettings = TelegramSettings()
+    discord: DiscordSettings = DiscordSettings()
+    log_level: str = "INFO"
+
+    telegram_bot_token: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("TELEGRAM_BOT_TOKEN", "telegram_bot_token")
+    )
+    discord_bot_token: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("DISCORD_BOT_TOKEN", "discord_bot_token")
+    )
+    anthropic_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key")
+    )
+    anthropic_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url")
+    )
+
+    @field_validator("owners")
+    @classmethod
+    def _owner_format(cls, owners: list[str]) -> list[str]:
+        for owner in owners:
+            platform, _, user = owner.partition(":")
+            if platform not in ("telegram", "discord") or not user:
+                raise ValueError(f"{owner!r} is not like 'telegram:123' or 'discord:456'")
+        return owners
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser()
+
+    @property
+    def workspace_dir(self) -> Path:
+        return (self.workspace or self.home_dir / "workspace").expanduser()
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.home_dir / 'roost.db'}"
+
+    @property
+    def secrets(self) -> list[str]:
+        """Every secret value, for the log redaction filter."""
+        values = [self.telegram_bot_token, self.discord_bot_token, self.anthropic_api_key, self.telegram.webhook_secret]
+        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, config_path()))
+
+
+def config_path() -> Path:
+    explicit = os.environ.get("ROOST_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("ROOST_HOME", "~/.roost")).expanduser() / "roost.toml"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment and roost.toml; raise ConfigError naming each bad key."""
+    explicit = os.environ.get("ROOST_CONFIG")
+    if explicit and not Path(explicit).expanduser().is_file():
+        raise ConfigError(f"ROOST_CONFIG points to {explicit}, which does not exist.")
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    except ValueError as exc:  # e.g. a JSON list that does not parse
+        raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        lines.append(f"  {_env_name(err['loc'])}: {err['msg']}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+_UNPREFIXED = {
+    "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
+    "discord_bot_token": "DISCORD_BOT_TOKEN",
+    "anthropic_api_key": "ANTHROPIC_API_KEY",
+    "anthropic_base_url": "ANTHROPIC_BASE_URL",
+}
+
+
+def _env_name(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    if not parts:
+        return "configuration"
+    if parts[0] in _UNPREFIXED or parts[0] in _UNPREFIXED.values():
+        return _UNPREFIXED.get(parts[0], parts[0])
+    return "ROOST_" + "__".join(p.upper() for p in parts)
