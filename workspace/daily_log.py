@@ -1,0 +1,104 @@
+"""Per-session daily logs: where each session's `YYYY-MM-DD.md` lives and how entries are added.
+
+Layout (relative to the workspace root), one directory per session so that scopes never mix:
+
+    main                              -> memory/
+    group:<platform>:<chat>[:<thread>] -> memory/groups/<slug>/
+    dm:<platform>:<user>              -> memory/dms/<slug>/
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import date, datetime
+from pathlib import Path
+
+MAIN_KEY = "main"
+MEMORY_DIR = "memory"
+ENTRY_FIELD_CHARS = 300
+"""`append_run_entry` trims what was asked and what was done to about this many characters."""
+
+_SAFE = re.compile(r"[a-z0-9-]")
+_MAX_SLUG = 80
+
+
+def log_dir_for(session_key: str) -> Path:
+    """Directory of a session's daily logs, relative to the workspace root.
+
+    Raises ValueError for a key that is not `main`, `group:<platform>:<chat>[:<thread>]` or
+    `dm:<platform>:<user>` (empty parts are rejected too).
+    """
+    if session_key == MAIN_KEY:
+        return Path(MEMORY_DIR)
+    kind, _, rest = session_key.partition(":")
+    parts = rest.split(":") if rest else []
+    if kind == "group" and len(parts) in (2, 3) and all(parts):
+        return Path(MEMORY_DIR, "groups", slug(rest))
+    if kind == "dm" and len(parts) == 2 and all(parts):
+        return Path(MEMORY_DIR, "dms", slug(rest))
+    raise ValueError(f"not a session key: {session_key!r}")
+
+
+def slug(value: str) -> str:
+    """Deterministic, filename-safe and injective name for `value`.
+
+    Lower-case ASCII letters, digits and '-' are kept, ':' becomes '_'. If anything else had
+    to be replaced (upper case included, for case-insensitive file systems), or the result is
+    long, a short hash of the original is appended so two keys never share a directory.
+    """
+    out: list[str] = []
+    lossy = False
+    for ch in value:
+        if _SAFE.fullmatch(ch):
+            out.append(ch)
+        elif ch == ":":
+            out.append("_")
+        elif "A" <= ch <= "Z":
+            out.append(ch.lower())
+            lossy = True
+        else:
+            out.append("x")
+            lossy = True
+    text = "".join(out)
+    if lossy or len(text) > _MAX_SLUG:
+        digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:10]
+        text = f"{text[:_MAX_SLUG]}-{digest}"
+    return text
+
+
+def log_path(root: Path, session_key: str, day: date) -> Path:
+    """`<root>/<log dir>/YYYY-MM-DD.md` for the session and day (may not exist yet)."""
+    return root / log_dir_for(session_key) / f"{day.isoformat()}.md"
+
+
+def append_entry(root: Path, session_key: str, now: datetime, text: str) -> Path:
+    """Append a timestamped markdown entry to the session's log of `now`'s date.
+
+    Creates directories and the file (with a date heading) as needed; returns the log path.
+    The day and time are taken from `now` as given (pass an aware local time).
+    """
+    path = log_path(root, session_key, now.date())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = text.strip() or "(empty)"
+    entry = f"\n### {now:%H:%M:%S}\n{body}\n"
+    with path.open("a", encoding="utf-8") as fh:
+        if fh.tell() == 0:
+            fh.write(f"# {now.date().isoformat()}\n")
+        fh.write(entry)
+    return path
+
+
+def append_run_entry(
+    root: Path, session_key: str, now: datetime, who: str, asked: str, did: str
+) -> Path:
+    """Append a short record of one run: who asked what, and what was done."""
+    text = f"**{_one_line(who, 80)}** asked: {_one_line(asked)}\n**Did:** {_one_line(did)}"
+    return append_entry(root, session_key, now, text)
+
+
+def _one_line(text: str, limit: int = ENTRY_FIELD_CHARS) -> str:
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    return flat[: limit - 1].rstrip() + "…"
