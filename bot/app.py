@@ -23,7 +23,8 @@ from bot.settings import Settings
 from bot.storage import Storage
 from workspace.bootstrap import ensure_workspace
 from workspace.context import build_context
-from workspace.memory_index import MemoryIndex, ScopedMemory
+from workspace.memory_index import MemoryIndex
+from workspace.scoped_memory import ScopedMemory
 
 log = logging.getLogger(__name__)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from agent_core.inbound import Inbound, ReplyTarget
@@ -12,6 +13,8 @@ from bot.router import Accept
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations
+
+log = logging.getLogger(__name__)
 
 
 class CommandHandlers:
@@ -47,7 +50,8 @@ class CommandHandlers:
         storage = self._c.storage
         session = await storage.get_session(route.session_key)
         model = (session.model_override if session else None) or self._c.models[0]
-        usage = await storage.usage_for_session(route.session_key)
+        totals = await storage.usage_for_session(route.session_key)
+        usage = totals.usage
         transcript = repair(await storage.load_transcript(route.session_key))
         context_tokens = sum(len(str(m["content"])) for m in transcript) // 4
         cost = estimate_cost(
@@ -57,7 +61,7 @@ class CommandHandlers:
         lines = [
             f"Model: {model}",
             f"Session: {route.session_key} ({'main' if route.scope is Scope.MAIN else 'isolated'})",
-            f"Runs: {usage.runs}, turns: {usage.turns}",
+            f"Runs: {totals.runs}, turns: {totals.turns}",
             f"Tokens: {usage.input_tokens:,} in, {usage.output_tokens:,} out, "
             f"{usage.cache_read_input_tokens:,} read from cache, {usage.cache_creation_input_tokens:,} written to cache",
             f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown for this model",
@@ -136,7 +140,7 @@ class CommandHandlers:
         try:
             await adapter.send_text(ReplyTarget(platform, user_id), text)
         except Exception:  # the owner may never have opened a chat with the bot
-            pass
+            log.warning("notify.failed", extra={"platform": platform}, exc_info=True)
 
 
 

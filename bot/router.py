@@ -17,6 +17,7 @@ from agent_core.inbound import Inbound
 from agent_core.risk import Scope
 from bot.session_keys import scope_of, session_key
 from bot.storage import Storage
+from bot.storage.records import PairingCodeInUse
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,7 @@ class Router:
                     code,
                     self._now() + PAIRING_TTL,
                 )
-            except Exception as exc:  # a code collision: draw again
-                if type(exc).__name__ != "PairingCodeInUse":
-                    raise
+            except PairingCodeInUse:  # a collision with another live code: draw again
                 continue
             if created is None:
                 return NeedsPairing(None)
