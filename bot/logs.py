@@ -43,4 +43,5 @@ def setup_logging(level: str, secrets: Iterable[str]) -> RedactSecrets:
     # httpx logs every request URL at INFO, and Bot API URLs contain the token.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("httpx2").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     return redactor

@@ -93,6 +93,11 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url")
     )
 
+    @field_validator("telegram_bot_token", "discord_bot_token", "anthropic_api_key", "anthropic_base_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("owners")
     @classmethod
     def _owner_format(cls, owners: list[str]) -> list[str]:

@@ -1,0 +1,110 @@
+"""The `roost` command as a user runs it: subprocesses and a pseudo-terminal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import Text, ToolUse, Reply, reply_text, reply_tools
+
+ROOST = [sys.executable, "-m", "bot.cli"]
+SECRET_KEY = "sk-test-SECRET-abcdef123456"
+
+
+def env_for(home: Path, fake: FakeAnthropic | None = None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "DISCORD_", "ANTHROPIC_"))}
+    env.update({"ROOST_HOME": str(home), "ROOST_AGENT__MAX_RETRIES": "0", "ANTHROPIC_API_KEY": SECRET_KEY,
+                "PYTHONUNBUFFERED": "1"})
+    if fake is not None:
+        env["ANTHROPIC_BASE_URL"] = fake.base_url
+    env.update(extra)
+    return env
+
+
+def roost(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ROOST, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_run_without_a_platform_says_what_to_set(tmp_path: Path) -> None:
+    result = roost("run", env=env_for(tmp_path / "home"))
+    assert result.returncode == 2
+    assert "TELEGRAM_BOT_TOKEN" in result.stderr and "roost chat" in result.stderr
+
+
+def test_invalid_config_is_one_clear_error_naming_the_key(tmp_path: Path) -> None:
+    result = roost("doctor", env=env_for(tmp_path / "home", ROOST_AGENT__MAX_TURNS="lots"))
+    assert result.returncode == 2
+    assert "ROOST_AGENT__MAX_TURNS" in result.stderr and "Traceback" not in result.stderr
+    result = roost("doctor", env=env_for(tmp_path / "home", ROOST_OWNERS='["alice"]'))
+    assert result.returncode == 2 and "ROOST_OWNERS" in result.stderr
+
+
+def test_init_creates_workspace_and_database_and_doctor_reports(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    result = roost("init", env=env_for(home))
+    assert result.returncode == 0, result.stderr
+    for name in ("SOUL.md", "IDENTITY.md", "AGENTS.md", "USER.md", "MEMORY.md", "HEARTBEAT.md"):
+        assert (home / "workspace" / name).is_file()
+    assert (home / "workspace" / "memory").is_dir() and (home / "workspace" / "skills").is_dir()
+    assert (home / "roost.db").is_file()
+    doctor = roost("doctor", env=env_for(home))
+    assert "✓ workspace" in doctor.stdout and "✓ database" in doctor.stdout
+    assert "telegram" in doctor.stdout and "fix: TELEGRAM_BOT_TOKEN" in doctor.stdout
+    assert SECRET_KEY not in doctor.stdout + doctor.stderr
+    missing_key = roost("doctor", env={**env_for(home), "ANTHROPIC_API_KEY": ""})
+    assert missing_key.returncode == 1 and "ANTHROPIC_API_KEY" in missing_key.stdout
+
+
+def spawn_chat(home: Path, fake: FakeAnthropic) -> pexpect.spawn:
+    child = pexpect.spawn(
+        ROOST[0], [*ROOST[1:], "chat"], env=env_for(home, fake), encoding="utf-8", timeout=20,
+        cwd=str(Path(__file__).parent.parent),
+    )
+    child.expect_exact("you> ")
+    return child
+
+
+def test_terminal_chat_streams_and_asks_before_risky_actions(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with FakeAnthropic() as fake:
+        fake.script(
+            Reply(Text("Hello from the fake model, streamed in pieces.", chunk_size=5)),
+            reply_tools(ToolUse("exec", {"command": "echo yes-ran > approved.txt"})),
+            reply_text("I ran it."),
+            reply_tools(ToolUse("exec", {"command": "echo no-ran > denied.txt"})),
+            reply_text("Understood, not running it."),
+        )
+        child = spawn_chat(home, fake)
+        try:
+            child.sendline("hello")
+            child.expect_exact("Hello from the fake model, streamed in pieces.")
+            child.expect_exact("you> ")
+
+            child.sendline("make a file")
+            child.expect_exact("echo yes-ran > approved.txt")
+            child.expect_exact("approve? [y]es / [a]lways in this session / [n]o")
+            child.sendline("y")
+            child.expect_exact("I ran it.")
+            child.expect_exact("you> ")
+            assert (home / "workspace" / "approved.txt").read_text().strip() == "yes-ran"
+
+            child.sendline("make another")
+            child.expect_exact("approve? [y]es / [a]lways in this session / [n]o")
+            child.sendline("n")
+            child.expect_exact("Understood, not running it.")
+            child.expect_exact("you> ")
+            assert not (home / "workspace" / "denied.txt").exists()
+            denial = fake.requests[-1].json["messages"][-1]["content"][0]
+            assert denial["is_error"] and "denied" in denial["content"]
+
+            child.sendeof()
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+        transcript = child.before or ""
+        assert SECRET_KEY not in transcript
