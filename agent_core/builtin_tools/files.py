@@ -1,0 +1,252 @@
+"""File tools confined to the workspace: read_file, list_dir (READ); write_file, edit_file
+(WRITE). Text files only (UTF-8); binary, missing and oversized inputs are clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agent_core.builtin_tools._paths import display, resolve_in_workspace
+from agent_core.risk import Risk
+from agent_core.tools import Tool, ToolContext, ToolError
+from workspace.access import is_main, may_access
+
+READ_CHAR_BUDGET = 15_000
+"""Characters of file text per read_file call (below the 16k tool output cap)."""
+MAX_READ_BYTES = 10 * 1024 * 1024
+MAX_EDIT_BYTES = 10 * 1024 * 1024
+MAX_LIST_ENTRIES = 1_000
+_SNIFF_BYTES = 8_192
+
+
+class ReadFileInput(BaseModel):
+    path: str = Field(description="File path, relative to the workspace root.")
+    start_line: int = Field(1, ge=1, description="First line to return (1-based).")
+    max_lines: int | None = Field(None, ge=1, description="Most lines to return.")
+
+
+class WriteFileInput(BaseModel):
+    path: str = Field(description="File path, relative to the workspace root.")
+    content: str = Field(description="The complete new content of the file.")
+
+
+class EditFileInput(BaseModel):
+    path: str = Field(description="File path, relative to the workspace root.")
+    old_string: str = Field(description="Exact text to replace; must occur exactly once.")
+    new_string: str = Field(description="Replacement text.")
+
+
+class ListDirInput(BaseModel):
+    path: str = Field(".", description="Directory, relative to the workspace root.")
+
+
+def _decode(raw: bytes, name: str, truncated: bool = False) -> str:
+    if b"\x00" in raw[:_SNIFF_BYTES]:
+        raise ToolError(f"{name}: binary file ({len(raw):,} bytes read); not shown")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if truncated and exc.start >= len(raw) - 3:  # cut inside the last character
+            return raw[: exc.start].decode("utf-8")
+        raise ToolError(f"{name}: not a UTF-8 text file (binary?); not shown") from exc
+
+
+def _existing_file(real: Path, name: str) -> os.stat_result:
+    try:
+        st = real.stat()
+    except FileNotFoundError:
+        raise ToolError(f"{name}: no such file") from None
+    if real.is_dir():
+        raise ToolError(f"{name}: is a directory; use list_dir")
+    if not real.is_file():
+        raise ToolError(f"{name}: not a regular file")
+    return st
+
+
+def _read_file(ctx: ToolContext, args: ReadFileInput) -> str:
+    real, rel = resolve_in_workspace(ctx, args.path)
+    name = display(rel)
+    st = _existing_file(real, name)
+    with real.open("rb") as fh:
+        raw = fh.read(MAX_READ_BYTES)
+    truncated = st.st_size > len(raw)
+    text = _decode(raw, name, truncated)
+    if not text:
+        return f"({name} is empty)"
+    lines = text.splitlines(keepends=True)
+    first = args.start_line - 1
+    if first >= len(lines):
+        raise ToolError(f"{name}: start_line {args.start_line} is past the end ({len(lines)} lines)")
+    shown: list[str] = []
+    used = 0
+    limit = args.max_lines if args.max_lines is not None else len(lines)
+    for line in lines[first : first + limit]:
+        if used + len(line) > READ_CHAR_BUDGET:
+            if not shown:  # one huge line: show its start
+                shown.append(line[:READ_CHAR_BUDGET] + "\n[… line cut …]\n")
+            break
+        shown.append(line)
+        used += len(line)
+    last = first + len(shown)
+    out = "".join(shown)
+    if last < len(lines) or truncated:
+        more = f"; continue with start_line={last + 1}" if last < len(lines) else ""
+        of = f"{len(lines)}" + ("+ (only the first 10 MB were read)" if truncated else "")
+        out += f"\n[showing lines {first + 1}-{last} of {of}{more}]"
+    return out
+
+
+def _atomic_write(real: Path, data: bytes) -> None:
+    real.parent.mkdir(parents=True, exist_ok=True)
+    mode = real.stat().st_mode & 0o7777 if real.exists() else None
+    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, real)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_file(ctx: ToolContext, args: WriteFileInput) -> str:
+    real, rel = resolve_in_workspace(ctx, args.path)
+    name = display(rel)
+    if real.is_dir():
+        raise ToolError(f"{name}: is a directory")
+    existed = real.exists()
+    data = args.content.encode("utf-8")
+    _atomic_write(real, data)
+    verb = "replaced" if existed else "created"
+    return f"{verb} {name} ({len(args.content):,} characters, {len(data):,} bytes)"
+
+
+def _edit_file(ctx: ToolContext, args: EditFileInput) -> str:
+    real, rel = resolve_in_workspace(ctx, args.path)
+    name = display(rel)
+    st = _existing_file(real, name)
+    if st.st_size > MAX_EDIT_BYTES:
+        raise ToolError(f"{name}: too large to edit ({st.st_size:,} bytes)")
+    if not args.old_string:
+        raise ToolError("old_string is empty; use write_file to create or replace a file")
+    if args.old_string == args.new_string:
+        raise ToolError("old_string and new_string are identical; nothing to change")
+    text = _decode(real.read_bytes(), name)
+    count = text.count(args.old_string)
+    if count == 0:
+        raise ToolError(
+            f"{name}: old_string not found; read the file and copy the text exactly, "
+            "including whitespace and line breaks"
+        )
+    if count > 1:
+        raise ToolError(
+            f"{name}: old_string occurs {count} times; include more surrounding text so it "
+            "matches exactly once"
+        )
+    at = text.index(args.old_string)
+    line = text.count("\n", 0, at) + 1
+    _atomic_write(real, text.replace(args.old_string, args.new_string, 1).encode("utf-8"))
+    return f"edited {name}: replaced 1 occurrence starting at line {line}"
+
+
+def _list_dir(ctx: ToolContext, args: ListDirInput) -> str:
+    real, rel = resolve_in_workspace(ctx, args.path)
+    name = display(rel)
+    if not real.exists():
+        raise ToolError(f"{name}: no such directory")
+    if not real.is_dir():
+        raise ToolError(f"{name}: not a directory; use read_file")
+    rows: list[str] = []
+    with os.scandir(real) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    root = ctx.workspace.resolve()
+    visible = [e for e in entries if _visible(e, rel, root, ctx)]
+    for entry in visible[:MAX_LIST_ENTRIES]:
+        if entry.is_symlink():
+            rows.append(f"{entry.name}@ -> {os.readlink(entry.path)}")
+        elif entry.is_dir():
+            rows.append(f"{entry.name}/")
+        else:
+            rows.append(f"{entry.name}  ({entry.stat().st_size:,} bytes)")
+    if not rows:
+        return f"{name}/ is empty"
+    header = f"{name}/ ({len(visible)} entries)"
+    if len(visible) > MAX_LIST_ENTRIES:
+        header += f"; showing the first {MAX_LIST_ENTRIES}"
+    return header + "\n" + "\n".join(rows)
+
+
+def _visible(entry: os.DirEntry[str], rel: Path, root: Path, ctx: ToolContext) -> bool:
+    """Hide what the scope may not see; a symlink is judged by where it points."""
+    if not may_access(rel / entry.name, ctx.session_key, ctx.scope):
+        return False
+    if not entry.is_symlink():
+        return True
+    target = Path(entry.path).resolve()
+    if not target.is_relative_to(root):
+        return is_main(ctx.scope)
+    return may_access(target.relative_to(root), ctx.session_key, ctx.scope)
+
+
+async def _run_read(args: ReadFileInput, ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_read_file, ctx, args)
+
+
+async def _run_write(args: WriteFileInput, ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_write_file, ctx, args)
+
+
+async def _run_edit(args: EditFileInput, ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_edit_file, ctx, args)
+
+
+async def _run_list(args: ListDirInput, ctx: ToolContext) -> str:
+    return await asyncio.to_thread(_list_dir, ctx, args)
+
+
+READ_FILE: Tool[ReadFileInput] = Tool(
+    "read_file",
+    "Read a UTF-8 text file in the workspace. Long files come in pages: pass start_line to "
+    "continue where the previous call stopped.",
+    ReadFileInput,
+    Risk.READ,
+    _run_read,
+)
+WRITE_FILE: Tool[WriteFileInput] = Tool(
+    "write_file",
+    "Create or overwrite a text file in the workspace with the given content (parent "
+    "directories are created).",
+    WriteFileInput,
+    Risk.WRITE,
+    _run_write,
+    describe_action=lambda a: f"write {a.path} ({len(a.content):,} characters)\n\n{a.content}",
+)
+EDIT_FILE: Tool[EditFileInput] = Tool(
+    "edit_file",
+    "Replace one exact occurrence of old_string with new_string in a workspace file. Fails "
+    "if old_string occurs zero or several times; read the file first.",
+    EditFileInput,
+    Risk.WRITE,
+    _run_edit,
+    describe_action=lambda a: (
+        f"edit {a.path}\n--- replace ---\n{a.old_string}\n--- with ---\n{a.new_string}"
+    ),
+)
+LIST_DIR: Tool[ListDirInput] = Tool(
+    "list_dir",
+    "List a directory in the workspace: sub-directories end with '/', files show their size.",
+    ListDirInput,
+    Risk.READ,
+    _run_list,
+)
+
+
+def file_tools() -> list[Tool[Any]]:
+    return [READ_FILE, WRITE_FILE, EDIT_FILE, LIST_DIR]
