@@ -184,3 +184,68 @@ async def test_sub_scope_cannot_touch_private_files(ws: Path) -> None:
     assert (ws / "MEMORY.md").read_text(encoding="utf-8") == "CANARY_MEMORY"
     main_text = await call(READ_FILE, _ctx(ws), path="MEMORY.md")
     assert main_text == "CANARY_MEMORY"
+
+
+# --- send_message and the default tool set (other built-ins without a file of their own) ---
+
+
+class FakeMessenger:
+    """Implements agent_core.tools.Messenger; records what it delivered."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        self.sent: list[str] = []
+        self.fail = fail
+
+    async def send(self, text: str) -> str:
+        if self.fail is not None:
+            raise self.fail
+        self.sent.append(text)
+        return f"message id {len(self.sent)}"
+
+
+async def test_send_message_confirms_only_real_delivery(tmp_path: Path) -> None:
+    from agent_core.builtin_tools.messaging import SEND_MESSAGE
+
+    assert SEND_MESSAGE.risk is Risk.WRITE
+    messenger = FakeMessenger()
+    ctx = ToolContext("main", Scope.MAIN, tmp_path, messenger=messenger)
+    assert await call(SEND_MESSAGE, ctx, text="hello") == "sent (message id 1)"
+    assert messenger.sent == ["hello"]
+    with pytest.raises(ToolError, match="no chat is connected"):
+        await call(SEND_MESSAGE, _ctx(tmp_path), text="hello")
+    broken = ToolContext("main", Scope.MAIN, tmp_path, messenger=FakeMessenger(RuntimeError("chat not found")))
+    with pytest.raises(ToolError, match="message not sent: RuntimeError: chat not found"):
+        await call(SEND_MESSAGE, broken, text="hello")
+
+
+def test_default_tools_are_complete_and_stable() -> None:
+    from agent_core.builtin_tools import default_tools
+    from agent_core.tools import ToolRegistry
+
+    registry = ToolRegistry(default_tools(exec_max_timeout_s=60))
+    assert registry.names() == [
+        "read_file", "write_file", "edit_file", "list_dir", "exec", "web_fetch",
+        "memory_search", "memory_get", "memory_write", "load_skill", "send_message",
+    ]
+    assert registry.schemas() == ToolRegistry(default_tools(exec_max_timeout_s=60)).schemas()
+    exec_tool = registry.get("exec")
+    assert exec_tool is not None and exec_tool.timeout_s is not None and exec_tool.timeout_s > 60
+
+
+def test_core_and_workspace_never_import_platform_code() -> None:
+    import ast
+
+    repo = Path(__file__).resolve().parent.parent
+    banned = ("bot", "adapters", "telegram", "discord", "anthropic")
+    for package in ("agent_core/builtin_tools", "workspace"):
+        for path in (repo / package).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                names = (
+                    [a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                )
+                for name in names:
+                    assert name.split(".")[0] not in banned, f"{path} imports {name}"
+                    if package == "workspace":
+                        assert not name.startswith("agent_core"), f"{path} imports {name}"

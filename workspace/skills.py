@@ -35,7 +35,8 @@ _cache: dict[Path, tuple[_Signature, list[SkillInfo]]] = {}
 
 
 def list_skills(root: Path) -> list[SkillInfo]:
-    """Valid skills under `root/skills/`, sorted by name; first of a duplicated name wins."""
+    """Valid skills under `root/skills/`, sorted by name. Of two skills with one name, the one
+    in `skills/<name>/` wins, else the first directory in sorted order."""
     skills_dir = root / SKILLS_DIR
     signature = _signature(skills_dir)
     key = root.resolve()
@@ -49,8 +50,12 @@ def list_skills(root: Path) -> list[SkillInfo]:
         info = _parse_info(path, real_root)
         if info is None:
             continue
-        if info.name in found:
-            log.warning("skills.duplicate name=%s path=%s", info.name, info.path)
+        other = found.get(info.name)
+        if other is not None:
+            # The skill living in skills/<its name>/ wins; otherwise the first directory.
+            keep, drop = (info, other) if dirname == info.name else (other, info)
+            log.warning("skills.duplicate name=%s kept=%s skipped=%s", info.name, keep.path, drop.path)
+            found[info.name] = keep
             continue
         found[info.name] = info
     result = sorted(found.values(), key=lambda s: s.name)
