@@ -1,0 +1,63 @@
+"""Shared plumbing of the repository mixins: transactions, clock, dialect-aware INSERT."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from bot.storage.records import StorageClosed
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class RepositoryBase:
+    """State every repository mixin uses. Each public method runs one short transaction."""
+
+    def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
+        self._engine = engine
+        self._clock = clock
+        self._dialect = engine.dialect.name
+        # expire_on_commit=False: rows are turned into records after commit, never reloaded.
+        self._sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
+        self._closed = False
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[AsyncSession]:
+        """One transaction: committed on success, rolled back on any exception."""
+        if self._closed:
+            raise StorageClosed("storage is closed")
+        try:
+            async with self._sessionmaker() as session, session.begin():
+                yield session
+        except StatementError as exc:
+            # A value our types refused (e.g. a naive datetime) is the caller's error: surface
+            # it as the ValueError it is, not wrapped like a database failure.
+            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
+                raise exc.orig from exc
+            raise
+
+    def _now(self) -> datetime:
+        now = self._clock()
+        if now.tzinfo is None:
+            raise ValueError("clock returned a naive datetime; it must be timezone-aware")
+        return now.astimezone(UTC)
+
+    def _insert(self, model: Any) -> Any:
+        """`INSERT` supporting ON CONFLICT for the engine's dialect (both spell it the same)."""
+        if self._dialect == "postgresql":
+            return postgresql.insert(model)
+        return sqlite.insert(model)

@@ -1,0 +1,76 @@
+"""Create the AsyncEngine for a database URL, with the SQLite settings Roost relies on.
+
+Supported URLs: `sqlite+aiosqlite:///path/to/roost.db` (the parent directory is created),
+`sqlite+aiosqlite://` (in-memory, one shared connection; for tests), and
+`postgresql+asyncpg://user:pass@host/db`.
+
+SQLite connections get, on connect: WAL journal (readers never block the writer),
+`foreign_keys=ON` (off by default in SQLite), and `busy_timeout` (wait for the write lock
+instead of failing with "database is locked"). Every SQLite transaction starts with
+`BEGIN IMMEDIATE`: a deferred transaction that reads and then writes can hit SQLITE_BUSY
+*without* the busy handler being consulted when another connection wrote meanwhile; taking
+the write lock up front makes concurrent writers simply queue. Transactions here are short.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
+
+
+def create_engine(url: str | URL, *, echo: bool = False) -> AsyncEngine:
+    """Build an engine for `url`; raises ValueError for a driver Roost does not support."""
+    parsed = make_url(url)
+    driver = f"{parsed.get_backend_name()}+{parsed.get_driver_name()}"
+    if driver not in SUPPORTED_DRIVERS:
+        raise ValueError(
+            f"unsupported database URL driver {driver!r}; use one of {', '.join(SUPPORTED_DRIVERS)}"
+        )
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed, echo=echo)
+    # pre_ping: a PostgreSQL server restart must not surface as an error on the next query.
+    return create_async_engine(parsed, echo=echo, pool_pre_ping=True)
+
+
+def is_memory_sqlite(url: URL) -> bool:
+    database = url.database or ""
+    return database in ("", ":memory:") or database.startswith("file::memory:")
+
+
+def _sqlite_engine(url: URL, *, echo: bool) -> AsyncEngine:
+    kwargs: dict[str, Any] = {}
+    memory = is_memory_sqlite(url)
+    if memory:
+        # Each new connection to ":memory:" is a new empty database: share a single one.
+        kwargs["poolclass"] = StaticPool
+    else:
+        assert url.database is not None
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url, echo=echo, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the sqlite3 module; the "begin" hook issues it.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

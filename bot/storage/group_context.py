@@ -1,0 +1,66 @@
+"""The group context buffer: the latest unmentioned messages of a group, read-only context."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete, select
+
+from bot.storage.base import RepositoryBase
+from bot.storage.models import GroupMessageModel
+from bot.storage.records import GroupMessage
+
+GROUP_BUFFER_SIZE = 50
+
+
+class GroupContextRepository(RepositoryBase):
+    async def add_group_message(
+        self, session_key: str, sender: str, text: str, at: datetime
+    ) -> None:
+        """Buffer one message and drop all but the newest GROUP_BUFFER_SIZE of the session
+        (newest by arrival order, not by `at`: platform clocks may disagree)."""
+        async with self._tx() as s:
+            await s.execute(
+                self._insert(GroupMessageModel).values(
+                    session_key=session_key, sender=sender, text=text, at=at
+                )
+            )
+            keep = (
+                select(GroupMessageModel.id)
+                .where(GroupMessageModel.session_key == session_key)
+                .order_by(GroupMessageModel.id.desc())
+                .limit(GROUP_BUFFER_SIZE)
+            )
+            await s.execute(
+                delete(GroupMessageModel)
+                .where(
+                    GroupMessageModel.session_key == session_key,
+                    GroupMessageModel.id.not_in(keep.scalar_subquery()),
+                )
+                .execution_options(synchronize_session=False)
+            )
+
+    async def recent_group_messages(
+        self, session_key: str, limit: int = GROUP_BUFFER_SIZE
+    ) -> list[GroupMessage]:
+        """Up to `limit` newest buffered messages, returned oldest first (reading order)."""
+        async with self._tx() as s:
+            rows = list(
+                await s.scalars(
+                    select(GroupMessageModel)
+                    .where(GroupMessageModel.session_key == session_key)
+                    .order_by(GroupMessageModel.id.desc())
+                    .limit(limit)
+                )
+            )
+        return [GroupMessage(m.session_key, m.sender, m.text, m.at) for m in reversed(rows)]
+
+    async def clear_group_messages(self, session_key: str) -> int:
+        """Empty the session's buffer (e.g. once a mention consumed it); returns the count."""
+        async with self._tx() as s:
+            result = await s.execute(
+                delete(GroupMessageModel)
+                .where(GroupMessageModel.session_key == session_key)
+                .execution_options(synchronize_session=False)
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]

@@ -1,0 +1,226 @@
+"""SQLAlchemy 2 declarative models; private to bot.storage (repositories return records).
+
+The schema is owned by Alembic (`bot/migrations`); these models must match the migrations
+exactly, which `tests/test_storage_migrations.py` checks with autogenerate on both dialects.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# Stable constraint names, so later migrations can drop/alter them by name on both dialects.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias), not BIGINT.
+BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in, timezone-aware UTC out, on every dialect.
+
+    PostgreSQL stores `timestamptz`. SQLite has no time zones, so values are stored as naive
+    UTC text in one format; that keeps string comparison (`expires_at <= :now`) correct.
+    Naive datetimes are rejected: guessing their zone is how expiry bugs start.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: storage needs timezone-aware UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), list[Any]: JSON()}
+
+
+class SessionModel(Base):
+    __tablename__ = "sessions"
+
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    platform: Mapped[str | None] = mapped_column(String(32))
+    chat_id: Mapped[str | None] = mapped_column(String(64))
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    model_override: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class MessageModel(Base):
+    """Transcript rows. No FK to sessions: the core may persist before the bot registers the
+    session; the epoch is taken from the session row when there is one, else 0."""
+
+    __tablename__ = "messages"
+    __table_args__ = (Index(None, "session_key", "epoch", "id"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    epoch: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[list[Any]]
+    created_at: Mapped[datetime]
+
+
+class RunModel(Base):
+    __tablename__ = "runs"
+    __table_args__ = (Index(None, "session_key"), Index(None, "status"))
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    model: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+    stop_reason: Mapped[str | None] = mapped_column(String(64))
+    turns: Mapped[int] = mapped_column(Integer, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cache_creation_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+
+class ToolCallModel(Base):
+    __tablename__ = "tool_calls"
+    __table_args__ = (Index(None, "run_id"),)
+
+    call_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # A tool call belongs to a run the core has started; the FK catches out-of-order writes.
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    input: Mapped[dict[str, Any]]
+    output: Mapped[str | None] = mapped_column(Text)
+    is_error: Mapped[bool | None] = mapped_column(Boolean)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    duration_s: Mapped[float | None] = mapped_column(Float)
+
+
+class ApprovalModel(Base):
+    __tablename__ = "approvals"
+    __table_args__ = (Index(None, "state", "expires_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    run_id: Mapped[str] = mapped_column(String(64))
+    call_id: Mapped[str] = mapped_column(String(128))
+    tool_name: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(Text)
+    requester: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    state: Mapped[str] = mapped_column(String(16))
+    resolved_by: Mapped[str | None] = mapped_column(String(128))
+    resolved_at: Mapped[datetime | None]
+    chat_ref: Mapped[str | None] = mapped_column(String(255))
+
+
+class GrantModel(Base):
+    __tablename__ = "grants"
+
+    session_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    tool_name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    created_at: Mapped[datetime]
+
+
+class SeenUpdateModel(Base):
+    __tablename__ = "seen_updates"
+    __table_args__ = (Index(None, "seen_at"),)
+
+    platform: Mapped[str] = mapped_column(String(32), primary_key=True)
+    update_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    seen_at: Mapped[datetime]
+
+
+class DeliveryModel(Base):
+    __tablename__ = "deliveries"
+    __table_args__ = (Index(None, "state"),)
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    part_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(64))
+    thread_id: Mapped[str | None] = mapped_column(String(64))
+    message_id: Mapped[str | None] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    updated_at: Mapped[datetime]
+
+
+class PairingRequestModel(Base):
+    __tablename__ = "pairing_requests"
+    __table_args__ = (UniqueConstraint("platform", "user_id"),)
+
+    platform: Mapped[str] = mapped_column(String(32), primary_key=True)
+    code: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64))
+    user_name: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+class PairedUserModel(Base):
+    __tablename__ = "paired_users"
+
+    platform: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_name: Mapped[str] = mapped_column(String(255))
+    paired_at: Mapped[datetime]
+
+
+class AllowedGroupModel(Base):
+    __tablename__ = "allowed_groups"
+
+    platform: Mapped[str] = mapped_column(String(32), primary_key=True)
+    chat_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    added_at: Mapped[datetime]
+
+
+class GroupMessageModel(Base):
+    __tablename__ = "group_messages"
+    __table_args__ = (Index(None, "session_key", "id"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    sender: Mapped[str] = mapped_column(String(255))
+    text: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime]

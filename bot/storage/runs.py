@@ -1,0 +1,173 @@
+"""Runs (status, stop reason, token usage) and the tool calls made during them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from agent_core.events import Usage
+from bot.storage.base import RepositoryBase
+from bot.storage.models import RunModel, ToolCallModel
+from bot.storage.records import RunRow, SessionUsage, ToolCallRow
+
+
+def _run_row(m: RunModel) -> RunRow:
+    return RunRow(
+        id=m.id,
+        session_key=m.session_key,
+        model=m.model,
+        status=m.status,  # type: ignore[arg-type]  # only ever written from RunStatus
+        stop_reason=m.stop_reason,
+        turns=m.turns,
+        usage=Usage(m.input_tokens, m.output_tokens, m.cache_read_tokens, m.cache_creation_tokens),
+        started_at=m.started_at,
+        finished_at=m.finished_at,
+    )
+
+
+def _tool_call_row(m: ToolCallModel) -> ToolCallRow:
+    return ToolCallRow(
+        call_id=m.call_id,
+        run_id=m.run_id,
+        name=m.name,
+        input=dict(m.input),
+        output=m.output,
+        is_error=m.is_error,
+        started_at=m.started_at,
+        finished_at=m.finished_at,
+        duration_s=m.duration_s,
+    )
+
+
+class RunRepository(RepositoryBase):
+    async def start_run(self, run_id: str, session_key: str, model: str) -> None:
+        """Record a run as `running`. Must precede its tool calls (they reference it)."""
+        async with self._tx() as s:
+            s.add(
+                RunModel(
+                    id=run_id,
+                    session_key=session_key,
+                    model=model,
+                    status="running",
+                    turns=0,
+                    input_tokens=0,
+                    output_tokens=0,
+                    cache_read_tokens=0,
+                    cache_creation_tokens=0,
+                    started_at=self._now(),
+                )
+            )
+
+    async def finish_run(
+        self, run_id: str, status: str, stop_reason: str, turns: int, usage: Usage
+    ) -> None:
+        """Close a run with its final status and token usage (last write wins)."""
+        async with self._tx() as s:
+            await s.execute(
+                update(RunModel)
+                .where(RunModel.id == run_id)
+                .values(
+                    status=status,
+                    stop_reason=stop_reason,
+                    turns=turns,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    cache_read_tokens=usage.cache_read_input_tokens,
+                    cache_creation_tokens=usage.cache_creation_input_tokens,
+                    finished_at=self._now(),
+                )
+                .execution_options(synchronize_session=False)
+            )
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        async with self._tx() as s:
+            row = await s.get(RunModel, run_id)
+            return None if row is None else _run_row(row)
+
+    async def usage_for_session(
+        self, session_key: str, *, since: datetime | None = None
+    ) -> SessionUsage:
+        """Totals over the session's runs (all epochs; optionally only runs started at or
+        after `since`). A session without runs gives zeros."""
+        query = select(
+            func.count(RunModel.id),
+            func.coalesce(func.sum(RunModel.turns), 0),
+            func.coalesce(func.sum(RunModel.input_tokens), 0),
+            func.coalesce(func.sum(RunModel.output_tokens), 0),
+            func.coalesce(func.sum(RunModel.cache_read_tokens), 0),
+            func.coalesce(func.sum(RunModel.cache_creation_tokens), 0),
+        ).where(RunModel.session_key == session_key)
+        if since is not None:
+            query = query.where(RunModel.started_at >= since)
+        async with self._tx() as s:
+            runs, turns, inp, out, cread, ccreate = (await s.execute(query)).one()
+        # int(): PostgreSQL returns SUM(bigint) as Decimal.
+        return SessionUsage(
+            runs=int(runs),
+            turns=int(turns),
+            usage=Usage(int(inp), int(out), int(cread), int(ccreate)),
+        )
+
+    async def runs_left_running(self) -> list[RunRow]:
+        """Runs still marked `running`; at start, before any run begins, these are runs a
+        crash or kill interrupted."""
+        async with self._tx() as s:
+            rows = await s.scalars(
+                select(RunModel).where(RunModel.status == "running").order_by(RunModel.started_at)
+            )
+            return [_run_row(m) for m in rows]
+
+    async def mark_interrupted_runs(self) -> list[RunRow]:
+        """Atomically move every `running` run to `interrupted` (finished now) and return
+        exactly those. Call once at start, before the first run; later it would also catch
+        live runs."""
+        async with self._tx() as s:
+            rows = await s.scalars(
+                update(RunModel)
+                .where(RunModel.status == "running")
+                .values(status="interrupted", stop_reason="interrupted", finished_at=self._now())
+                .returning(RunModel)
+                .execution_options(synchronize_session=False)
+            )
+            return sorted((_run_row(m) for m in rows), key=lambda r: r.started_at)
+
+    # -- tool calls -------------------------------------------------------------------------
+
+    async def record_tool_call(
+        self, run_id: str, call_id: str, name: str, input: dict[str, Any]
+    ) -> None:
+        """Record a tool call as started; its run must already exist (start_run)."""
+        async with self._tx() as s:
+            s.add(
+                ToolCallModel(
+                    call_id=call_id, run_id=run_id, name=name, input=input, started_at=self._now()
+                )
+            )
+
+    async def finish_tool_call(
+        self, call_id: str, output: str, is_error: bool, duration_s: float
+    ) -> None:
+        async with self._tx() as s:
+            await s.execute(
+                update(ToolCallModel)
+                .where(ToolCallModel.call_id == call_id)
+                .values(
+                    output=output,
+                    is_error=is_error,
+                    duration_s=duration_s,
+                    finished_at=self._now(),
+                )
+                .execution_options(synchronize_session=False)
+            )
+
+    async def tool_calls_for_run(self, run_id: str) -> list[ToolCallRow]:
+        """The run's tool calls in start order (unfinished ones have output None)."""
+        async with self._tx() as s:
+            rows = await s.scalars(
+                select(ToolCallModel)
+                .where(ToolCallModel.run_id == run_id)
+                .order_by(ToolCallModel.started_at, ToolCallModel.call_id)
+            )
+            return [_tool_call_row(m) for m in rows]

@@ -1,0 +1,140 @@
+"""Sessions (scope, epoch, model override) and their transcript."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from bot.storage.base import RepositoryBase
+from bot.storage.models import MessageModel, SessionModel
+from bot.storage.records import SessionRow, SessionScope, TranscriptRow, UnknownSession
+
+
+def _session_row(m: SessionModel) -> SessionRow:
+    return SessionRow(
+        key=m.key,
+        scope=m.scope,  # type: ignore[arg-type]  # only ever written from SessionScope
+        epoch=m.epoch,
+        model_override=m.model_override,
+        created_at=m.created_at,
+        updated_at=m.updated_at,
+        platform=m.platform,
+        chat_id=m.chat_id,
+    )
+
+
+def _current_epoch(session_key: str) -> Any:
+    """Scalar subquery: the session's epoch, or 0 when the session has no row yet."""
+    return func.coalesce(
+        select(SessionModel.epoch).where(SessionModel.key == session_key).scalar_subquery(), 0
+    )
+
+
+class SessionRepository(RepositoryBase):
+    async def ensure_session(
+        self,
+        key: str,
+        scope: SessionScope,
+        platform: str | None = None,
+        chat_id: str | None = None,
+    ) -> SessionRow:
+        """Create the session if absent and return it. An existing session is returned
+        unchanged (its scope, platform and chat are those of its first sighting: `main` is
+        shared across platforms)."""
+        now = self._now()
+        async with self._tx() as s:
+            stmt = (
+                self._insert(SessionModel)
+                .values(
+                    key=key,
+                    scope=scope,
+                    platform=platform,
+                    chat_id=chat_id,
+                    epoch=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing(index_elements=["key"])
+            )
+            await s.execute(stmt)
+            row = await s.get_one(SessionModel, key)
+            return _session_row(row)
+
+    async def get_session(self, key: str) -> SessionRow | None:
+        async with self._tx() as s:
+            row = await s.get(SessionModel, key)
+            return None if row is None else _session_row(row)
+
+    async def new_epoch(self, key: str) -> SessionRow:
+        """Start a fresh conversation (/new): later `load_transcript` calls see only messages
+        appended after this; older ones stay stored. Raises UnknownSession."""
+        return await self._update_session(key, epoch=SessionModel.epoch + 1)
+
+    async def set_model(self, key: str, model: str | None) -> SessionRow:
+        """Pin a model for this session, or None to go back to the configured default.
+        Raises UnknownSession."""
+        return await self._update_session(key, model_override=model)
+
+    async def _update_session(self, key: str, **values: Any) -> SessionRow:
+        async with self._tx() as s:
+            stmt = (
+                update(SessionModel)
+                .where(SessionModel.key == key)
+                .values(updated_at=self._now(), **values)
+                .returning(SessionModel)
+                .execution_options(synchronize_session=False)
+            )
+            row = (await s.execute(stmt)).scalar_one_or_none()
+            if row is None:
+                raise UnknownSession(key)
+            return _session_row(row)
+
+    # -- transcript (agent_core.ports.TranscriptStore) ------------------------------------
+
+    async def append_message(
+        self, session_key: str, run_id: str | None, role: str, content: list[dict[str, Any]]
+    ) -> None:
+        """Append one Messages API message to the session's current epoch."""
+        async with self._tx() as s:
+            await s.execute(
+                self._insert(MessageModel).values(
+                    session_key=session_key,
+                    epoch=_current_epoch(session_key),
+                    run_id=run_id,
+                    role=role,
+                    content=content,
+                    created_at=self._now(),
+                )
+            )
+
+    async def load_transcript(self, session_key: str) -> list[dict[str, Any]]:
+        """The current epoch's messages, oldest first, as {"role", "content"} dicts."""
+        return [
+            {"role": r.role, "content": r.content}
+            for r in await self.transcript_rows(session_key)
+        ]
+
+    async def transcript_rows(
+        self, session_key: str, *, epoch: int | None = None
+    ) -> list[TranscriptRow]:
+        """Stored rows of one epoch (default: the current one), in insertion order."""
+        wanted = _current_epoch(session_key) if epoch is None else epoch
+        async with self._tx() as s:
+            rows = await s.scalars(
+                select(MessageModel)
+                .where(MessageModel.session_key == session_key, MessageModel.epoch == wanted)
+                .order_by(MessageModel.id)
+            )
+            return [
+                TranscriptRow(
+                    id=m.id,
+                    session_key=m.session_key,
+                    epoch=m.epoch,
+                    run_id=m.run_id,
+                    role=m.role,
+                    content=list(m.content),
+                    created_at=m.created_at,
+                )
+                for m in rows
+            ]

@@ -1,0 +1,68 @@
+"""Engine settings and the Storage lifecycle."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from bot.storage import Storage, StorageClosed, create_engine
+from tests.storage_fixtures import FakeClock, clock, db_url, storage  # noqa: F401  (fixtures)
+
+
+async def test_sqlite_file_gets_wal_foreign_keys_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "roost.db"
+    async with await Storage.open(f"sqlite+aiosqlite:///{path}") as storage:
+        assert path.exists()
+        async with storage.engine.connect() as conn:
+            pragmas = {
+                name: (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+                for name in ("journal_mode", "foreign_keys", "busy_timeout")
+            }
+    assert pragmas == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10_000}
+
+
+async def test_in_memory_sqlite_works() -> None:
+    async with await Storage.open("sqlite+aiosqlite://") as storage:
+        assert await storage.mark_update_seen("console", "1") is True
+        assert await storage.mark_update_seen("console", "1") is False
+
+
+def test_unsupported_driver_is_refused() -> None:
+    with pytest.raises(ValueError, match="unsupported database URL driver"):
+        create_engine("sqlite:///x.db")
+    with pytest.raises(ValueError, match="postgresql\\+psycopg2"):
+        create_engine("postgresql+psycopg2://u@h/db")
+
+
+async def test_use_after_close_raises(db_url: str) -> None:
+    async with await Storage.open(db_url) as storage:
+        assert not storage.closed
+    assert storage.closed
+    with pytest.raises(StorageClosed):
+        await storage.get_session("main")
+    await storage.aclose()  # idempotent
+
+
+async def test_naive_datetimes_are_rejected(storage: Storage) -> None:
+    with pytest.raises(ValueError, match="naive datetime"):
+        await storage.add_group_message("group:x:1", "bob", "hi", datetime(2026, 1, 1))
+
+
+async def test_datetimes_come_back_as_utc_whatever_zone_went_in(
+    storage: Storage, clock: FakeClock
+) -> None:
+    from zoneinfo import ZoneInfo
+
+    local = clock.now.astimezone(ZoneInfo("Asia/Tokyo"))
+    await storage.add_group_message("group:x:1", "bob", "hi", local)
+    (message,) = await storage.recent_group_messages("group:x:1")
+    assert message.at == clock.now and message.at.utcoffset() is not None
+    assert message.at.tzname() == "UTC"
+
+
+async def test_open_failure_is_clean() -> None:
+    # Nothing listens on port 1: the error propagates and no pool is left behind.
+    with pytest.raises(OSError):
+        await Storage.open("postgresql+asyncpg://u:p@127.0.0.1:1/none")

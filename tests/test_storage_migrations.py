@@ -1,0 +1,170 @@
+"""Alembic migrations: empty database → head on SQLite and PostgreSQL; models match them."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection
+
+from bot.storage import Storage, create_engine, current_revision, head_revision, upgrade
+from bot.storage.migrate import MIGRATIONS_DIR, alembic_config
+from bot.storage.models import Base
+from tests.storage_fixtures import clock, db_url, storage  # noqa: F401  (fixtures)
+
+REPO = Path(__file__).resolve().parent.parent
+TABLES = {
+    "sessions",
+    "messages",
+    "runs",
+    "tool_calls",
+    "approvals",
+    "grants",
+    "seen_updates",
+    "deliveries",
+    "pairing_requests",
+    "paired_users",
+    "allowed_groups",
+    "group_messages",
+}
+
+
+def _ours(name: str | None, type_: str, _parent: object) -> bool:
+    return type_ != "table" or name in Base.metadata.tables
+
+
+def test_initial_revision_is_0001_and_the_base() -> None:
+    # Later migrations (e.g. "0002_memory_index") declare down_revision "0001".
+    script = ScriptDirectory.from_config(alembic_config())
+    initial = script.get_revision("0001")
+    assert initial is not None and initial.down_revision is None
+    assert script.get_bases() == ["0001"]
+    assert len(script.get_heads()) == 1, "migrations must form a single line"
+
+
+async def test_upgrade_empty_database_to_head(db_url: str) -> None:
+    engine = create_engine(db_url)
+    try:
+        assert await current_revision(engine) is None
+        await upgrade(engine)
+        assert await current_revision(engine) == head_revision()
+        async with engine.connect() as conn:
+            tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+        assert TABLES <= tables
+        await upgrade(engine)  # already at head: a no-op, not an error
+        assert await current_revision(engine) == head_revision()
+    finally:
+        await engine.dispose()
+
+
+async def test_models_match_migrations(db_url: str) -> None:
+    engine = create_engine(db_url)
+    try:
+        await upgrade(engine)
+
+        def diff(conn: Connection) -> list[object]:
+            # Only the tables of bot.storage.models: later migrations may add tables that
+            # other packages own through raw SQL (the memory index).
+            opts = {"compare_type": True, "include_name": _ours}
+            context = MigrationContext.configure(conn, opts=opts)
+            return list(compare_metadata(context, Base.metadata))
+
+        async with engine.connect() as conn:
+            assert await conn.run_sync(diff) == []
+    finally:
+        await engine.dispose()
+
+
+async def test_downgrade_to_base_and_upgrade_again(db_url: str) -> None:
+    engine = create_engine(db_url)
+    try:
+        await upgrade(engine)
+
+        def downgrade(conn: Connection) -> None:
+            config = alembic_config()
+            config.attributes["connection"] = conn
+            command.downgrade(config, "base")
+
+        async with engine.connect() as conn:
+            await conn.run_sync(downgrade)
+            await conn.commit()
+            tables = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+        assert not (TABLES & tables)
+        await upgrade(engine)
+        assert await current_revision(engine) == head_revision()
+    finally:
+        await engine.dispose()
+
+
+_UPGRADE_SCRIPT = """
+import asyncio, sys
+from bot.storage import create_engine, upgrade
+
+async def main() -> None:
+    engine = create_engine(sys.argv[1])
+    try:
+        await upgrade(engine)
+    finally:
+        await engine.dispose()
+
+asyncio.run(main())
+"""
+
+
+async def test_concurrent_starts_migrate_once(db_url: str) -> None:
+    # Several processes starting together (scale-out) plus two engines in this process:
+    # none may race on DDL ("table already exists") and all must end at head.
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _UPGRADE_SCRIPT,
+            db_url,
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    engines = [create_engine(db_url) for _ in range(2)]
+    try:
+        await asyncio.gather(*(upgrade(e) for e in engines))
+        for proc in procs:
+            _, err = await proc.communicate()
+            assert proc.returncode == 0, err.decode()
+        assert await current_revision(engines[0]) == head_revision()
+    finally:
+        for e in engines:
+            await e.dispose()
+
+
+async def test_alembic_cli_reports_head(db_url: str) -> None:
+    async with await Storage.open(db_url):
+        pass
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "alembic",
+        "-c",
+        str(MIGRATIONS_DIR / "alembic.ini"),
+        "-x",
+        f"url={db_url}",
+        "current",
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert f"{head_revision()} (head)" in out.decode()
+
+
+async def test_open_without_migrate_leaves_database_empty(db_url: str) -> None:
+    async with await Storage.open(db_url, migrate=False) as s:
+        assert await current_revision(s.engine) is None
