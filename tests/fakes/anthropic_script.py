@@ -1,0 +1,298 @@
+"""What the fake Messages API answers: response specs, the script queue, the echo responder.
+
+A *response* is one of:
+
+- ``Reply(*parts)`` — an assistant message. Parts are content blocks (``Text``, ``ToolUse``,
+  ``RawToolUse``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``) that act at
+  their position in the stream.
+- ``Error(status, ...)`` — an HTTP error answer in the real error shape.
+- ``Stall(seconds)`` — hang before sending any response, then drop the connection.
+- ``Disconnect()`` — drop the connection without any response.
+
+Responders may also return a bare block (``Text``/``ToolUse``/``RawToolUse``) or a ``str``;
+``as_response`` wraps those in a ``Reply``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import string
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def new_id(prefix: str) -> str:
+    """An id shaped like the real service's (``toolu_01…``, ``msg_01…``, ``req_011C…``)."""
+    return prefix + "".join(secrets.choice(_ALPHABET) for _ in range(22))
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A text block, streamed as ``text_delta`` chunks of ``chunk_size`` characters with
+    ``delay_s`` of pacing between chunks (streaming only; ignored for non-streaming)."""
+
+    text: str
+    chunk_size: int = 20
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolUse:
+    """A ``tool_use`` block; ``input`` is streamed as ``input_json_delta`` chunks of its JSON.
+    ``id=None`` gets a fresh ``toolu_…`` id each time it is served."""
+
+    name: str
+    input: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    chunk_size: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RawToolUse:
+    """A ``tool_use`` block whose ``partial_json`` deltas are ``raw_json`` verbatim, valid or
+    not. Non-streaming answers carry the parsed value if ``raw_json`` parses, else the string."""
+
+    name: str
+    raw_json: str
+    id: str | None = None
+    chunk_size: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """Inside a ``Reply``: pause the stream here for ``seconds``. As a whole response: hang for
+    ``seconds`` (``None`` = until the client gives up or the fake closes), then drop the
+    connection. Closing the fake ends every stall at once."""
+
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """Drop the TCP connection: before any response when used as a whole response, or
+    mid-stream at its position inside a ``Reply``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """Inside a ``Reply``: send an SSE ``event: error`` here and end the stream, as the real
+    service does when it overloads mid-answer. Non-streaming requests get the HTTP error."""
+
+    error_type: str = "overloaded_error"
+    message: str = "Overloaded"
+
+
+Block: TypeAlias = Text | ToolUse | RawToolUse
+Part: TypeAlias = Block | Stall | Disconnect | StreamError
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A whole assistant message. ``stop_reason`` defaults to ``"tool_use"`` when any tool use
+    is present, else ``"end_turn"``. ``usage`` overrides fields of the simulated usage."""
+
+    parts: tuple[Part, ...]
+    stop_reason: str | None = None
+    stop_sequence: str | None = None
+    usage: Mapping[str, int] | None = None
+
+    def __init__(
+        self,
+        *parts: Part,
+        stop_reason: str | None = None,
+        stop_sequence: str | None = None,
+        usage: Mapping[str, int] | None = None,
+    ) -> None:
+        for part in parts:
+            if not isinstance(part, Text | ToolUse | RawToolUse | Stall | Disconnect | StreamError):
+                raise TypeError(f"not a Reply part: {part!r}")
+        object.__setattr__(self, "parts", tuple(parts))
+        object.__setattr__(self, "stop_reason", stop_reason)
+        object.__setattr__(self, "stop_sequence", stop_sequence)
+        object.__setattr__(self, "usage", usage)
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return tuple(p for p in self.parts if isinstance(p, Text | ToolUse | RawToolUse))
+
+    @property
+    def effective_stop_reason(self) -> str:
+        if self.stop_reason is not None:
+            return self.stop_reason
+        return (
+            "tool_use"
+            if any(isinstance(b, ToolUse | RawToolUse) for b in self.blocks)
+            else "end_turn"
+        )
+
+    def with_ids(self) -> Reply:
+        """The same reply with every tool use given a concrete id (what actually gets served)."""
+        parts = tuple(
+            dataclasses.replace(p, id=new_id("toolu_01"))
+            if isinstance(p, ToolUse | RawToolUse) and p.id is None
+            else p
+            for p in self.parts
+        )
+        return Reply(
+            *parts, stop_reason=self.stop_reason, stop_sequence=self.stop_sequence, usage=self.usage
+        )
+
+
+_DEFAULT_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_DEFAULT_MESSAGES = {
+    "rate_limit_error": "Number of request tokens has exceeded your per-minute rate limit",
+    "overloaded_error": "Overloaded",
+    "api_error": "Internal server error",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """An HTTP error answer ``{"type":"error","error":{...},"request_id":...}``.
+    ``retry_after`` sets the ``retry-after`` header (seconds); ``should_retry`` sets
+    ``x-should-retry``, which the SDK obeys over its own status-code rules."""
+
+    status: int
+    error_type: str | None = None
+    message: str | None = None
+    retry_after: float | None = None
+    should_retry: bool | None = None
+
+    @property
+    def resolved_type(self) -> str:
+        return self.error_type or _DEFAULT_ERROR_TYPES.get(self.status, "api_error")
+
+    @property
+    def resolved_message(self) -> str:
+        return self.message or _DEFAULT_MESSAGES.get(self.resolved_type, self.resolved_type)
+
+
+Response: TypeAlias = Reply | Error | Stall | Disconnect
+Responder: TypeAlias = Callable[[dict[str, Any]], "Response | Block | str"]
+Predicate: TypeAlias = Callable[[dict[str, Any]], bool]
+
+
+def reply_text(
+    text: str, *, chunk_size: int = 20, delay_s: float = 0.0, **reply_kwargs: Any
+) -> Reply:
+    return Reply(Text(text, chunk_size=chunk_size, delay_s=delay_s), **reply_kwargs)
+
+
+def reply_tools(
+    *tool_uses: ToolUse | RawToolUse, text: str | None = None, **reply_kwargs: Any
+) -> Reply:
+    """Tool uses, optionally preceded by a text block (as the model often does)."""
+    parts: tuple[Part, ...] = ((Text(text),) if text else ()) + tool_uses
+    return Reply(*parts, **reply_kwargs)
+
+
+def as_response(value: object) -> Response:
+    """Normalise what a responder returned; raises TypeError for anything else."""
+    if isinstance(value, Reply | Error | Stall | Disconnect):
+        return value
+    if isinstance(value, Text | ToolUse | RawToolUse):
+        return Reply(value)
+    if isinstance(value, str):
+        return reply_text(value)
+    raise TypeError(
+        f"responder returned {value!r}; expected Reply, Error, Stall, Disconnect, a block or str"
+    )
+
+
+def last_user_text(body: Mapping[str, Any]) -> str:
+    """The text of the last user text block; failing that, of the last tool_result in it."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        fallback = ""
+        for block in reversed(content or []):
+            if block.get("type") == "text":
+                return str(block.get("text", ""))
+            if block.get("type") == "tool_result" and not fallback:
+                fallback = _tool_result_text(block)
+        return fallback
+    return ""
+
+
+def echo_responder(body: dict[str, Any]) -> Response:
+    """The default: ``echo: <last user text>`` — lets many unscripted sessions run at once and
+    still tell their answers apart."""
+    return reply_text(f"echo: {last_user_text(body)}")
+
+
+class ScriptQueue:
+    """Thread-safe source of answers: the first queued keyed entry whose predicate matches,
+    then the plain queue, then the responder."""
+
+    def __init__(self, responder: Responder) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[Response] = deque()
+        self._keyed: list[tuple[Predicate, Response]] = []
+        self.responder = responder
+
+    def add(self, responses: tuple[Response, ...], predicate: Predicate | None = None) -> None:
+        checked = [_checked(r) for r in responses]
+        with self._lock:
+            if predicate is None:
+                self._queue.extend(checked)
+            else:
+                self._keyed.extend((predicate, r) for r in checked)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._queue) + len(self._keyed)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self._keyed.clear()
+
+    def next(self, body: dict[str, Any]) -> Response:
+        """The answer for ``body``; whatever a predicate or the responder raises propagates."""
+        with self._lock:
+            for n, (predicate, response) in enumerate(self._keyed):
+                if predicate(body):
+                    del self._keyed[n]
+                    return response
+            if self._queue:
+                return self._queue.popleft()
+            responder = self.responder
+        # Outside the lock: a responder may well call back into the fake.
+        return as_response(responder(body))
+
+
+def _checked(response: object) -> Response:
+    if not isinstance(response, Reply | Error | Stall | Disconnect):
+        raise TypeError(f"not a scripted response: {response!r} (wrap blocks in Reply)")
+    return response
+
+
+def _tool_result_text(block: Mapping[str, Any]) -> str:
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "".join(
+        str(b.get("text", ""))
+        for b in content
+        if isinstance(b, Mapping) and b.get("type") == "text"
+    )
