@@ -1,0 +1,38 @@
+"""Delivery errors a `ChatTransport` raises; platform errors are translated into these.
+
+    DeliveryError                 the request failed (network, server, permissions)
+     ├── RateLimited              429 / RetryAfter: nothing happened, retry after `retry_after` s
+     ├── FormattingRejected       the platform could not parse the entities: resend as plain text
+     ├── MessageTooLong           the text exceeds the platform limit
+     └── MessageGone              the edit/delete target no longer exists (deleted by a user)
+
+Implementers translate with `raise RateLimited(...) from exc`. "Message is not modified"
+is NOT an error: a transport returns normally for it.
+"""
+
+from __future__ import annotations
+
+
+class DeliveryError(Exception):
+    """A send/edit/delete did not take effect."""
+
+
+class RateLimited(DeliveryError):
+    """The platform refused the request for flood control; nothing was delivered."""
+
+    def __init__(self, retry_after: float, message: str = "") -> None:
+        super().__init__(message or f"rate limited, retry after {retry_after:g} s")
+        self.retry_after = max(float(retry_after), 0.0)
+
+
+class FormattingRejected(DeliveryError):
+    """The platform rejected the formatting (e.g. "can't parse entities"); the same text
+    without entities is expected to succeed."""
+
+
+class MessageTooLong(DeliveryError):
+    """The text is longer than the platform accepts in one message."""
+
+
+class MessageGone(DeliveryError):
+    """The message to edit or delete does not exist any more."""
