@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anthropic
+import httpx2
 
 from agent_core.events import Usage
 
@@ -119,6 +120,9 @@ class AnthropicLLM:
                 yield item
         except anthropic.APIError as exc:
             raise translate_error(exc) from exc
+        except httpx2.TransportError as exc:
+            # A connection dropped mid-stream is not wrapped by the SDK.
+            raise LLMUnavailable("The connection to the model service broke mid-answer.") from exc
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
         kwargs: dict[str, Any] = {
@@ -214,11 +218,15 @@ def _usage(raw: Any) -> Usage:
 
 
 def translate_error(exc: anthropic.APIError) -> LLMError:
-    if isinstance(exc, anthropic.RateLimitError):
+    if isinstance(exc, anthropic.RateLimitError) or (
+        isinstance(exc, anthropic.APIStatusError) and _api_error_type(exc) == "rate_limit_error"
+    ):
         retry_after = _retry_after(exc)
         return LLMRateLimited("The model service is rate limiting us.", retry_after)
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
+        if status == 200:  # an `event: error` inside a stream that had started fine
+            status = _STREAM_ERROR_STATUS.get(_api_error_type(exc), 500)
         if status in (529, 503):
             return LLMOverloaded("The model service is overloaded right now.")
         if status in (401, 403):
@@ -235,6 +243,18 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
     if isinstance(exc, anthropic.APIConnectionError):
         return LLMUnavailable("Could not reach the model service.")
     return LLMError("The model service failed.")
+
+
+_STREAM_ERROR_STATUS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
+
+
+def _api_error_type(exc: anthropic.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("type"), str):
+            return error["type"]
+    return ""
 
 
 def _retry_after(exc: anthropic.APIStatusError) -> float | None:

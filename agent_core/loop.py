@@ -140,7 +140,9 @@ class AgentLoop:
                 await emit(TextDelta(notice))
                 state.stop_reason = stop.reason
             await self._store.finish_run(run_id, "finished", state.stop_reason, state.turns, state.usage)
-            await emit(RunFinished(run_id, state.stop_reason, state.turns, state.usage, state.text, model))
+            await emit(
+                RunFinished(run_id, state.stop_reason, state.turns, state.usage, state.text, state.model or model)
+            )
         except LLMError as exc:
             await self._store.finish_run(run_id, "failed", type(exc).__name__, state.turns, state.usage)
             await emit(RunFailed(run_id, str(exc), type(exc).__name__, state.usage))
@@ -179,6 +181,7 @@ class AgentLoop:
                     done = item
             assert done is not None, "LLMClient.stream must end with MessageComplete"
             state.usage = state.usage + done.usage
+            state.model = done.model
             await emit(TurnEnded(turn))
             calls = [
                 ToolCall(b["id"], b["name"], b["input"]) for b in done.content if b["type"] == "tool_use"
@@ -273,6 +276,7 @@ class _RunState:
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
     stop_reason: str = "end_turn"
+    model: str = ""
 
 
 @dataclass(frozen=True, slots=True)

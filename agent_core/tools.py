@@ -3,6 +3,7 @@ and an async function. Errors raised by a tool become error results, never crash
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,7 @@ class Tool(Generic[I]):
 class ToolRegistry:
     def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
         self._tools: dict[str, Tool[Any]] = {}
+        self._schemas: list[dict[str, Any]] | None = None
         for tool in tools:
             self.register(tool)
 
@@ -93,6 +95,7 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool
+        self._schemas = None
 
     def get(self, name: str) -> Tool[Any] | None:
         return self._tools.get(name)
@@ -105,8 +108,13 @@ class ToolRegistry:
         return ToolRegistry(t for n, t in self._tools.items() if n in wanted)
 
     def schemas(self) -> list[dict[str, Any]]:
-        """Tool definitions for the Messages API, in registration order (byte-stable)."""
-        return [t.schema() for t in self._tools.values()]
+        """Tool definitions for the Messages API, in registration order (byte-stable).
+
+        Built once: generating a pydantic JSON schema costs about a millisecond per tool,
+        which would otherwise be paid on every run."""
+        if self._schemas is None:
+            self._schemas = [t.schema() for t in self._tools.values()]
+        return copy.deepcopy(self._schemas)
 
 
 def tool(

@@ -227,3 +227,34 @@ async def test_prompt_prefix_is_byte_identical_across_turns_and_runs(core: CoreH
     # the fake's prompt cache reports reads once the prefix was written
     assert first.usage.cache_read_input_tokens > 0  # turn 2 of the first run
     assert second.usage.cache_read_input_tokens > 0
+
+
+async def test_stream_broken_mid_answer_fails_clearly_and_next_run_works(core: CoreHarness) -> None:
+    from tests.fakes.anthropic_script import Disconnect, Reply, StreamError, Text
+
+    core.fake.script(Reply(Text("partial answer"), Disconnect()))
+    failed = (await core.run("hi"))[-1]
+    assert isinstance(failed, RunFailed) and "broke mid-answer" in failed.message
+    core.fake.script(Reply(Text("half"), StreamError("overloaded_error", "Overloaded")))
+    failed = (await core.run("hi"))[-1]
+    assert isinstance(failed, RunFailed) and "overloaded" in failed.message
+    core.fake.script(reply_text("fine now"))
+    assert finished(await core.run("hi")).text == "fine now"
+
+
+async def test_fallback_model_is_used_on_overload_and_rate_limit(fake_api, tmp_path) -> None:
+    from agent_core.llm import FallbackLLM
+
+    harness = await make_harness(fake_api, tmp_path)
+    harness.loop._llm = FallbackLLM(harness.llm, ["claude-backup"])
+    try:
+        fake_api.script(Error(529), reply_text("from backup"), Error(429, retry_after=1), reply_text("again backup"))
+        done = finished(await harness.run("hi"))
+        assert done.text == "from backup" and done.model == "claude-backup"
+        assert [r.json["model"] for r in fake_api.requests] == ["claude-test", "claude-backup"]
+        done = finished(await harness.run("hi"))
+        assert done.text == "again backup"
+        assert fake_api.requests[-1].json["model"] == "claude-backup"
+    finally:
+        await harness.llm.aclose()
+        await harness.storage.aclose()
