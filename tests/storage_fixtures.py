@@ -55,7 +55,7 @@ async def fresh_postgres_database() -> AsyncIterator[str]:
         pytest.skip(f"PostgreSQL not available: {_postgres_unavailable}")
     raw = os.environ.get(POSTGRES_ENV)
     if not raw:
-        _postgres_unavailable = f"{POSTGRES_ENV} is not set (run: eval \"$(bash .ci/postgres.sh)\")"
+        _postgres_unavailable = f'{POSTGRES_ENV} is not set (run: eval "$(bash .ci/postgres.sh)")'
         pytest.skip(f"PostgreSQL not available: {_postgres_unavailable}")
     base = make_url(raw)
     try:

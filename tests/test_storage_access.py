@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 
-from bot.storage import GROUP_BUFFER_SIZE, MAX_PENDING_PAIRINGS, PairedUser, PairingCodeInUse, Storage
-from tests.storage_fixtures import FakeClock, clock, db_url, storage  # noqa: F401  (fixtures)
+from bot.storage import (
+    GROUP_BUFFER_SIZE,
+    MAX_PENDING_PAIRINGS,
+    PairedUser,
+    PairingCodeInUse,
+    Storage,
+)
+
+if TYPE_CHECKING:
+    from tests.storage_fixtures import FakeClock
+
+# The `db_url`, `storage` and `clock` fixtures, parametrized over SQLite and PostgreSQL.
+pytest_plugins = ["tests.storage_fixtures"]
 
 HOUR = timedelta(hours=1)
 
@@ -19,7 +31,9 @@ async def test_pairing_limit_is_three_live_requests_per_platform(
     assert MAX_PENDING_PAIRINGS == 3
     expires = clock.now + HOUR
     for i in range(3):
-        created = await storage.create_pairing("telegram", f"u{i}", f"User {i}", f"CODE{i}", expires)
+        created = await storage.create_pairing(
+            "telegram", f"u{i}", f"User {i}", f"CODE{i}", expires
+        )
         assert created is not None and created.code == f"CODE{i}"
         clock.advance(timedelta(seconds=1))
     assert await storage.create_pairing("telegram", "u3", "User 3", "CODE3", expires) is None
@@ -29,7 +43,10 @@ async def test_pairing_limit_is_three_live_requests_per_platform(
     again = await storage.create_pairing("telegram", "u0", "User 0", "OTHER", expires)
     assert again is not None and again.code == "CODE0"
     assert [p.code for p in await storage.list_pending_pairings()] == [
-        "CODE0", "CODE1", "CODE2", "CODE3",
+        "CODE0",
+        "CODE1",
+        "CODE2",
+        "CODE3",
     ]
 
 
@@ -44,7 +61,9 @@ async def test_expired_requests_free_their_slots(storage: Storage, clock: FakeCl
     assert await storage.find_pairing("telegram", "C0") == fresh
 
 
-async def test_concurrent_requests_never_exceed_the_limit(storage: Storage, clock: FakeClock) -> None:
+async def test_concurrent_requests_never_exceed_the_limit(
+    storage: Storage, clock: FakeClock
+) -> None:
     results = await asyncio.gather(
         *(
             storage.create_pairing("telegram", f"u{i}", "n", f"K{i}", clock.now + HOUR)
@@ -73,7 +92,9 @@ async def test_approve_pairing_is_one_shot(storage: Storage, clock: FakeClock) -
     assert await storage.list_pending_pairings() == []
 
 
-async def test_expired_or_unknown_code_cannot_be_approved(storage: Storage, clock: FakeClock) -> None:
+async def test_expired_or_unknown_code_cannot_be_approved(
+    storage: Storage, clock: FakeClock
+) -> None:
     await storage.create_pairing("telegram", "u1", "Alice", "LATE", clock.now + HOUR)
     assert await storage.approve_pairing("telegram", "WRONG") is None
     assert await storage.approve_pairing("discord", "LATE") is None
@@ -108,8 +129,12 @@ async def test_group_buffer_keeps_the_newest_fifty(storage: Storage, clock: Fake
     assert [m.text for m in kept] == [f"msg {i}" for i in range(10, 60)]  # oldest first
     assert kept[-1].at == clock.now and kept[-1].sender == "user2"
     assert [m.text for m in await storage.recent_group_messages(key, limit=3)] == [
-        "msg 57", "msg 58", "msg 59",
+        "msg 57",
+        "msg 58",
+        "msg 59",
     ]
     assert await storage.clear_group_messages(key) == 50
     assert await storage.recent_group_messages(key) == []
-    assert [m.text for m in await storage.recent_group_messages("group:telegram:-2")] == ["elsewhere"]
+    assert [m.text for m in await storage.recent_group_messages("group:telegram:-2")] == [
+        "elsewhere"
+    ]

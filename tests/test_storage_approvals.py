@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 
 from agent_core.ports import ApprovalRecord, ApprovalState
 from bot.storage import Storage
-from tests.storage_fixtures import FakeClock, clock, db_url, storage  # noqa: F401  (fixtures)
+
+if TYPE_CHECKING:
+    from tests.storage_fixtures import FakeClock
+
+# The `db_url`, `storage` and `clock` fixtures, parametrized over SQLite and PostgreSQL.
+pytest_plugins = ["tests.storage_fixtures"]
 
 
-def _approval(approval_id: str, created: datetime, ttl: timedelta = timedelta(minutes=10)) -> ApprovalRecord:
+def _approval(
+    approval_id: str, created: datetime, ttl: timedelta = timedelta(minutes=10)
+) -> ApprovalRecord:
     return ApprovalRecord(
         id=approval_id,
         session_key="main",

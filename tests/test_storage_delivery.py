@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from bot.storage import DeliveryRow, Storage
-from tests.storage_fixtures import FakeClock, clock, db_url, storage  # noqa: F401  (fixtures)
+
+if TYPE_CHECKING:
+    from tests.storage_fixtures import FakeClock
+
+# The `db_url`, `storage` and `clock` fixtures, parametrized over SQLite and PostgreSQL.
+pytest_plugins = ["tests.storage_fixtures"]
 
 
 async def test_update_seen_only_once_per_platform(storage: Storage) -> None:
@@ -37,17 +43,33 @@ async def test_record_delivery_upserts_by_run_and_part(storage: Storage, clock: 
     first = await storage.record_delivery(
         "r1", 0, platform="telegram", chat_id="42", text="Hel", state="streaming", message_id="500"
     )
-    assert first == DeliveryRow("r1", 0, "telegram", "42", None, "500", "Hel", "streaming", clock.now)
+    assert first == DeliveryRow(
+        "r1", 0, "telegram", "42", None, "500", "Hel", "streaming", clock.now
+    )
     clock.advance(timedelta(seconds=1))
     updated = await storage.record_delivery(
-        "r1", 0, platform="telegram", chat_id="42", text="Hello world", state="final", message_id="500"
+        "r1",
+        0,
+        platform="telegram",
+        chat_id="42",
+        text="Hello world",
+        state="final",
+        message_id="500",
     )
     assert (updated.text, updated.state, updated.updated_at) == ("Hello world", "final", clock.now)
     await storage.record_delivery(
-        "r1", 1, platform="telegram", chat_id="42", text="part two", state="streaming",
-        message_id="501", thread_id="9",
+        "r1",
+        1,
+        platform="telegram",
+        chat_id="42",
+        text="part two",
+        state="streaming",
+        message_id="501",
+        thread_id="9",
     )
-    await storage.record_delivery("r2", 0, platform="discord", chat_id="7", text="x", state="failed")
+    await storage.record_delivery(
+        "r2", 0, platform="discord", chat_id="7", text="x", state="failed"
+    )
 
     parts = await storage.deliveries_for_run("r1")
     assert [(d.part_index, d.text, d.state, d.thread_id) for d in parts] == [

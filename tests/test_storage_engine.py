@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bot.storage import Storage, StorageClosed, create_engine
-from tests.storage_fixtures import FakeClock, clock, db_url, storage  # noqa: F401  (fixtures)
+
+if TYPE_CHECKING:
+    from tests.storage_fixtures import FakeClock
+
+# The `db_url`, `storage` and `clock` fixtures, parametrized over SQLite and PostgreSQL.
+pytest_plugins = ["tests.storage_fixtures"]
 
 
 async def test_sqlite_file_gets_wal_foreign_keys_busy_timeout(tmp_path: Path) -> None:

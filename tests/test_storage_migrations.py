@@ -16,7 +16,9 @@ from sqlalchemy.engine import Connection
 from bot.storage import Storage, create_engine, current_revision, head_revision, upgrade
 from bot.storage.migrate import MIGRATIONS_DIR, alembic_config
 from bot.storage.models import Base
-from tests.storage_fixtures import clock, db_url, storage  # noqa: F401  (fixtures)
+
+# The `db_url`, `storage` and `clock` fixtures, parametrized over SQLite and PostgreSQL.
+pytest_plugins = ["tests.storage_fixtures"]
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = {

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy.exc import IntegrityError
 
 from agent_core.events import Usage
 from bot.storage import SessionUsage, Storage
-from tests.storage_fixtures import FakeClock, clock, db_url, storage  # noqa: F401  (fixtures)
+
+if TYPE_CHECKING:
+    from tests.storage_fixtures import FakeClock
+
+# The `db_url`, `storage` and `clock` fixtures, parametrized over SQLite and PostgreSQL.
+pytest_plugins = ["tests.storage_fixtures"]
 
 
 async def test_run_lifecycle(storage: Storage, clock: FakeClock) -> None:

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bot.storage import SessionRow, Storage, UnknownSession
-from tests.storage_fixtures import FakeClock, clock, db_url, storage  # noqa: F401  (fixtures)
+
+if TYPE_CHECKING:
+    from tests.storage_fixtures import FakeClock
+
+# The `db_url`, `storage` and `clock` fixtures, parametrized over SQLite and PostgreSQL.
+pytest_plugins = ["tests.storage_fixtures"]
 
 
 def _text(text: str) -> list[dict[str, object]]:
@@ -57,7 +63,12 @@ async def test_unknown_session_raises_on_update(storage: Storage) -> None:
 
 async def test_transcript_roundtrips_blocks_in_insertion_order(storage: Storage) -> None:
     await storage.ensure_session("main", "main")
-    tool_use = {"type": "tool_use", "id": "toolu_1", "name": "exec", "input": {"cmd": "ls -la", "n": [1, 2]}}
+    tool_use = {
+        "type": "tool_use",
+        "id": "toolu_1",
+        "name": "exec",
+        "input": {"cmd": "ls -la", "n": [1, 2]},
+    }
     tool_result = {
         "type": "tool_result",
         "tool_use_id": "toolu_1",

@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from bot.storage.base import RepositoryBase
+from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import AllowedGroupModel, PairedUserModel, PairingRequestModel
 from bot.storage.records import PairedUser, PairingCodeInUse, PairingRequest
 
@@ -71,7 +71,7 @@ class AccessRepository(RepositoryBase):
                 )
                 .on_conflict_do_nothing(index_elements=["platform", "code"])
             )
-            if result.rowcount != 1:  # type: ignore[attr-defined]
+            if rowcount(result) != 1:
                 raise PairingCodeInUse(f"pairing code already in use on {platform}")
             return PairingRequest(platform, user_id, user_name, code, now, expires_at)
 
@@ -149,7 +149,7 @@ class AccessRepository(RepositoryBase):
                 .values(platform=platform, chat_id=chat_id, added_at=self._now())
                 .on_conflict_do_nothing(index_elements=["platform", "chat_id"])
             )
-            return result.rowcount == 1  # type: ignore[attr-defined]
+            return rowcount(result) == 1
 
     async def disallow_group(self, platform: str, chat_id: str) -> bool:
         """Withdraw a runtime permission; True if there was one. Groups allowed by
@@ -160,7 +160,7 @@ class AccessRepository(RepositoryBase):
                 .where(AllowedGroupModel.platform == platform, AllowedGroupModel.chat_id == chat_id)
                 .execution_options(synchronize_session=False)
             )
-            return result.rowcount == 1  # type: ignore[attr-defined]
+            return rowcount(result) == 1
 
     async def is_group_allowed(self, platform: str, chat_id: str) -> bool:
         async with self._tx() as s:

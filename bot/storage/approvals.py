@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 
 from agent_core.ports import ApprovalRecord, ApprovalState
-from bot.storage.base import RepositoryBase
+from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import ApprovalModel, GrantModel
 
 # Outcomes that are a decision about the action; a decision arriving after expires_at is void.
@@ -75,7 +75,7 @@ class ApprovalRepository(RepositoryBase):
                 .values(state=state, resolved_by=resolved_by, resolved_at=at)
                 .execution_options(synchronize_session=False)
             )
-            return result.rowcount == 1  # type: ignore[attr-defined]
+            return rowcount(result) == 1
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         async with self._tx() as s:

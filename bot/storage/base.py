@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -18,6 +19,12 @@ Clock = Callable[[], datetime]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def rowcount(result: Result[Any]) -> int:
+    """Rows matched by an UPDATE/DELETE or inserted by an INSERT (0 for ON CONFLICT DO
+    NOTHING that hit a conflict); both asyncpg and aiosqlite report it reliably."""
+    return int(cast(CursorResult[Any], result).rowcount or 0)
 
 
 class RepositoryBase:

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from sqlalchemy import delete, select
 
-from bot.storage.base import RepositoryBase
+from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import DeliveryModel, SeenUpdateModel
 from bot.storage.records import DeliveryRow, DeliveryState
 
@@ -35,7 +35,7 @@ class DeliveryRepository(RepositoryBase):
                 .values(platform=platform, update_id=update_id, seen_at=self._now())
                 .on_conflict_do_nothing(index_elements=["platform", "update_id"])
             )
-            return result.rowcount == 1  # type: ignore[attr-defined]
+            return rowcount(result) == 1
 
     async def prune_seen_updates(self, older_than: timedelta = timedelta(days=7)) -> int:
         """Forget update ids seen before now - older_than; returns how many were removed.
@@ -47,7 +47,7 @@ class DeliveryRepository(RepositoryBase):
                 .where(SeenUpdateModel.seen_at < cutoff)
                 .execution_options(synchronize_session=False)
             )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+            return rowcount(result)
 
     async def record_delivery(
         self,

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from sqlalchemy import delete, select
 
-from bot.storage.base import RepositoryBase
+from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import GroupMessageModel
 from bot.storage.records import GroupMessage
 
@@ -63,4 +63,4 @@ class GroupContextRepository(RepositoryBase):
                 .where(GroupMessageModel.session_key == session_key)
                 .execution_options(synchronize_session=False)
             )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+            return rowcount(result)

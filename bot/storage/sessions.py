@@ -111,8 +111,7 @@ class SessionRepository(RepositoryBase):
     async def load_transcript(self, session_key: str) -> list[dict[str, Any]]:
         """The current epoch's messages, oldest first, as {"role", "content"} dicts."""
         return [
-            {"role": r.role, "content": r.content}
-            for r in await self.transcript_rows(session_key)
+            {"role": r.role, "content": r.content} for r in await self.transcript_rows(session_key)
         ]
 
     async def transcript_rows(
