@@ -7,11 +7,36 @@ or sessions (the router does) and never talks to the model.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from agent_core.approvals import Decision, ResolveResult
 from agent_core.events import Event
 from agent_core.inbound import Inbound, ReplyTarget
+
+
+@dataclass(frozen=True, slots=True)
+class Button:
+    """An inline button on a standalone message. `action` is what the handler receives back,
+    e.g. "pair:<code>"; the adapter keeps platform payloads within their limits."""
+
+    label: str
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Which platform message carries which part of a run's answer (exactly-once replies)."""
+
+    run_id: str
+    part_index: int
+    platform: str
+    chat_id: str
+    thread_id: str | None
+    message_id: str | None
+    text: str
+    state: Literal["streaming", "final", "failed"]
 
 
 class ReplySink(Protocol):
@@ -35,6 +60,14 @@ class InboundHandler(Protocol):
         """A person pressed an approval button (or answered the terminal prompt)."""
         ...
 
+    async def approve_pairing(self, platform: str, code: str, identity: str) -> str:
+        """The owner pressed a pairing button; returns the text to show them."""
+        ...
+
+    async def record_delivery(self, delivery: Delivery) -> None:
+        """Persist what a reply message now shows, so a restart never sends it again."""
+        ...
+
 
 class Adapter(Protocol):
     platform: str
@@ -47,7 +80,12 @@ class Adapter(Protocol):
 
     def open_reply(self, target: ReplyTarget) -> ReplySink: ...
 
-    async def send_text(self, target: ReplyTarget, text: str) -> str:
+    async def send_text(self, target: ReplyTarget, text: str, *, buttons: Sequence[Button] = ()) -> str:
         """Send a short standalone message (notices, scheduled messages, send_message).
         Returns the platform message id; raises on delivery failure."""
+        ...
+
+    async def mark_interrupted(self, delivery: Delivery) -> None:
+        """After a restart: finish a reply cut off mid-stream by editing its message in place
+        (never sending the text again)."""
         ...

@@ -12,7 +12,9 @@ import sys
 import threading
 from typing import IO
 
-from adapters.base import InboundHandler
+from collections.abc import Sequence
+
+from adapters.base import Button, InboundHandler
 from agent_core.approvals import Decision
 from agent_core.events import (
     ApprovalRequested,
@@ -125,7 +127,10 @@ class ConsoleAdapter:
     def open_reply(self, target: ReplyTarget) -> ConsoleReply:
         return ConsoleReply(self)
 
-    async def send_text(self, target: ReplyTarget, text: str) -> str:
+    async def mark_interrupted(self, delivery: object) -> None:
+        pass  # the terminal has no earlier messages to edit
+
+    async def send_text(self, target: ReplyTarget, text: str, *, buttons: Sequence[Button] = ()) -> str:
         self._line_break()
         self._write(f"{text}\n")
         return "console"

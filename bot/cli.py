@@ -88,6 +88,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             for adapter in adapters:
                 await adapter.start(app.conversations)
                 running.push_async_callback(adapter.aclose)
+            await app.conversations.recover_deliveries()
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
             await stop.wait()

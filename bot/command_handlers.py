@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from adapters.base import Button
 from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.risk import Scope
 from agent_core.transcript import repair
@@ -88,14 +89,18 @@ class CommandHandlers:
         return f"Model for this session: {wanted}."
 
     async def _cmd_pair(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        if not route.is_owner:
-            return "Only the owner can approve pairing codes."
         platform, _, code = command.args.partition(" ")
         if not code:
             platform, code = inbound.platform, platform
-        paired = await self._c.storage.approve_pairing(platform, code.strip().upper())
+        return await self.approve_pairing(platform, code, inbound.identity)
+
+    async def approve_pairing(self, platform: str, code: str, identity: str) -> str:
+        if identity not in self._c.router.owners and identity != "console:owner":
+            return "Only the owner can approve pairing codes."
+        code = code.strip().upper()
+        paired = await self._c.storage.approve_pairing(platform, code)
         if paired is None:
-            return f"No pending pairing code {code.strip().upper()!r} on {platform} (wrong or expired)."
+            return f"No pending pairing code {code!r} on {platform} (wrong, expired or already used)."
         await self._notify_user(platform, paired.user_id, "You're paired — send me a message any time.")
         return f"Paired {paired.user_name or paired.user_id} on {platform}."
 
@@ -128,17 +133,18 @@ class CommandHandlers:
     async def tell_owner_about_pairing(self, inbound: Inbound, code: str) -> None:
         text = (
             f"{inbound.sender_name} ({inbound.platform} user {inbound.sender_id}) asks to talk to me. "
-            f"Approve with /pair {code} here, or `roost pairing approve {inbound.platform} {code}`."
+            f"Approve with the button, /pair {code} here, or `roost pairing approve {inbound.platform} {code}`."
         )
+        buttons = [Button("Approve pairing", f"pair:{code}")]
         for owner in self._c.router.owners_on(inbound.platform):
-            await self._notify_user(inbound.platform, owner, text)
+            await self._notify_user(inbound.platform, owner, text, buttons)
 
-    async def _notify_user(self, platform: str, user_id: str, text: str) -> None:
+    async def _notify_user(self, platform: str, user_id: str, text: str, buttons: list[Button] | None = None) -> None:
         adapter = self._c.adapters.get(platform)
         if adapter is None:
             return
         try:
-            await adapter.send_text(ReplyTarget(platform, user_id), text)
+            await adapter.send_text(ReplyTarget(platform, user_id), text, buttons=buttons or ())
         except Exception:  # the owner may never have opened a chat with the bot
             log.warning("notify.failed", extra={"platform": platform}, exc_info=True)
 

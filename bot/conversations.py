@@ -4,6 +4,7 @@ the reply sink of the platform it came from. Implements `adapters.base.InboundHa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from adapters.base import Adapter
+from adapters.base import Adapter, Delivery
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished
 from agent_core.inbound import Inbound, ReplyTarget
@@ -103,6 +104,39 @@ class Conversations:
 
     async def decide(self, approval_id: str, decision: Decision, identity: str) -> ResolveResult:
         return await self.gate.resolve(approval_id, decision, identity)
+
+    async def approve_pairing(self, platform: str, code: str, identity: str) -> str:
+        return await self.commands.approve_pairing(platform, code, identity)
+
+    async def record_delivery(self, delivery: Delivery) -> None:
+        await self.storage.record_delivery(
+            delivery.run_id,
+            delivery.part_index,
+            platform=delivery.platform,
+            chat_id=delivery.chat_id,
+            text=delivery.text,
+            state=delivery.state,
+            message_id=delivery.message_id,
+            thread_id=delivery.thread_id,
+        )
+
+    async def recover_deliveries(self) -> int:
+        """At start-up: replies a previous process left mid-stream are marked as cut off in
+        place, on the message that already shows them."""
+        count = 0
+        for row in await self.storage.unfinished_deliveries():
+            adapter = self.adapters.get(row.platform)
+            if adapter is None:
+                continue
+            delivery = Delivery(row.run_id, row.part_index, row.platform, row.chat_id, row.thread_id,
+                                row.message_id, row.text, row.state)
+            try:
+                await adapter.mark_interrupted(delivery)
+                await self.record_delivery(dataclasses.replace(delivery, state="final"))
+                count += 1
+            except Exception:
+                log.warning("delivery.recover_failed", extra={"run": row.run_id}, exc_info=True)
+        return count
 
     # --- runs -----------------------------------------------------------------------
     async def _accept(self, inbound: Inbound, route: Accept) -> None:

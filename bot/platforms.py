@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from adapters.base import Adapter
+from bot.commands import COMMANDS, GROUP_COMMANDS
 from bot.settings import Settings
 
 
@@ -11,5 +12,16 @@ def configured_adapters(settings: Settings) -> list[Adapter]:
     if settings.telegram_bot_token is not None:
         from adapters.telegram import TelegramAdapter  # imported only when used: PTB is heavy
 
-        adapters.append(TelegramAdapter.from_settings(settings.telegram, settings.telegram_bot_token))
+        tg = settings.telegram
+        adapters.append(
+            TelegramAdapter(
+                settings.telegram_bot_token.get_secret_value(),
+                base_url=tg.base_url,
+                mode=tg.mode,
+                webhook_url=tg.webhook_url,
+                webhook_listen=tg.webhook_listen,
+                webhook_secret=tg.webhook_secret.get_secret_value() if tg.webhook_secret else None,
+                commands={**COMMANDS, **GROUP_COMMANDS},
+            )
+        )
     return adapters

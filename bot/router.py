@@ -66,15 +66,15 @@ class Router:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._storage = storage
-        self._owners = frozenset(owners)
+        self.owners = frozenset(owners)
         self._allowed_groups = {p: frozenset(ids) for p, ids in allowed_groups.items()}
         self._now = now
 
     def owners_on(self, platform: str) -> list[str]:
-        return [o.partition(":")[2] for o in sorted(self._owners) if o.startswith(f"{platform}:")]
+        return [o.partition(":")[2] for o in sorted(self.owners) if o.startswith(f"{platform}:")]
 
     def is_owner(self, inbound: Inbound) -> bool:
-        return inbound.platform == "console" or inbound.identity in self._owners
+        return inbound.platform == "console" or inbound.identity in self.owners
 
     async def group_allowed(self, inbound: Inbound) -> bool:
         static = self._allowed_groups.get(inbound.platform, frozenset())

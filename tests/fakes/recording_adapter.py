@@ -63,7 +63,10 @@ class RecordingAdapter:
         self.replies.append(record)
         return _Reply(self, record)
 
-    async def send_text(self, target: ReplyTarget, text: str) -> str:
+    async def mark_interrupted(self, delivery) -> None:  # noqa: ANN001
+        self.notices.append((ReplyTarget(self.platform, delivery.chat_id), f"interrupted:{delivery.message_id}"))
+
+    async def send_text(self, target: ReplyTarget, text: str, *, buttons=()) -> str:  # noqa: ANN001
         self.notices.append((target, text))
         await self._changed(None)
         return str(len(self.notices))
@@ -87,10 +90,30 @@ class RecordingAdapter:
         return [r for r in self.replies if r.closed]
 
 
-def private(user: int | str, text: str, *, platform: str = "telegram", update_id: str | None = None) -> Inbound:
-    return Inbound(platform, "private", str(user), str(user), f"user{user}", text, update_id=update_id)
+def private(
+    user: int | str, text: str, *, platform: str = "telegram", update_id: str | None = None
+) -> Inbound:
+    return Inbound(
+        platform, "private", str(user), str(user), f"user{user}", text, update_id=update_id
+    )
 
 
-def group(chat: int | str, user: int | str, text: str, *, mentioned: bool = True, thread: str | None = None,
-          platform: str = "telegram") -> Inbound:
-    return Inbound(platform, "group", str(chat), str(user), f"user{user}", text, thread_id=thread, mentioned=mentioned)
+def group(
+    chat: int | str,
+    user: int | str,
+    text: str,
+    *,
+    mentioned: bool = True,
+    thread: str | None = None,
+    platform: str = "telegram",
+) -> Inbound:
+    return Inbound(
+        platform,
+        "group",
+        str(chat),
+        str(user),
+        f"user{user}",
+        text,
+        thread_id=thread,
+        mentioned=mentioned,
+    )
