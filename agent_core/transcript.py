@@ -7,7 +7,6 @@ API rejects.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 INTERRUPTED_RESULT = "No result: the run was interrupted before this tool finished."
@@ -20,10 +19,11 @@ def merge_consecutive(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         content = _blocks(message.get("content"))
         if not content:
             continue
+        # Fresh message dicts and content lists; blocks are shared, never mutated in place.
         if merged and merged[-1]["role"] == message["role"]:
-            merged[-1]["content"].extend(copy.deepcopy(content))
+            merged[-1]["content"].extend(content)
         else:
-            merged.append({"role": message["role"], "content": copy.deepcopy(content)})
+            merged.append({"role": message["role"], "content": list(content)})
     return merged
 
 

@@ -64,6 +64,9 @@ def _sqlite_engine(url: URL, *, echo: bool) -> AsyncEngine:
         try:
             if not memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
+                # With WAL, NORMAL stays consistent after a crash and only risks the last
+                # commits on power loss; FULL fsyncs every commit (~15 ms each here).
+                cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         finally:
