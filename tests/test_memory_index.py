@@ -162,6 +162,18 @@ async def test_newer_logs_rank_higher_and_memory_counts_as_recent(
     assert {h.path for h in top} == {"MEMORY.md", _day("main", 0)}
 
 
+async def test_broad_queries_rank_the_newest_matches(engine: AsyncEngine, tmp_path: Path) -> None:
+    for age in range(10):
+        _write(tmp_path, _day("main", age), f"common words here, day {age}\n")
+    _write(tmp_path, _day(GROUP, 0), "common words in the group\n")
+    _write(tmp_path, "MEMORY.md", "common words in long-term memory\n")
+    idx = index(engine, tmp_path, candidate_window=3)
+    await idx.sync()
+    hits = await idx.search("common words", "main", Scope.MAIN)
+    assert {h.path for h in hits} == {"MEMORY.md", _day("main", 0), _day("main", 1)}
+    assert [h.path for h in await idx.search("common", GROUP, Scope.SUB)] == [_day(GROUP, 0)]
+
+
 async def test_all_terms_first_then_any_term(engine: AsyncEngine, tmp_path: Path) -> None:
     _write(tmp_path, _day("main", 0), "apples and pears\n\n" + "x\n" * 2000 + "only apples\n")
     idx = index(engine, tmp_path)
@@ -171,6 +183,14 @@ async def test_all_terms_first_then_any_term(engine: AsyncEngine, tmp_path: Path
     either = await idx.search("pears bananas", "main", Scope.MAIN)
     assert [h.start_line for h in either] == [1]
     assert await idx.search("bananas", "main", Scope.MAIN) == []
+
+
+async def test_stop_words_are_ignored(engine: AsyncEngine, tmp_path: Path) -> None:
+    _write(tmp_path, _day("main", 0), "alice booked the dentist\n")
+    idx = index(engine, tmp_path)
+    await idx.sync()
+    assert len(await idx.search("what did alice say about the dentist?", "main", Scope.MAIN)) == 1
+    assert await idx.search("the of and what", "main", Scope.MAIN) == []
 
 
 @pytest.mark.parametrize(

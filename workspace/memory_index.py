@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -20,20 +21,23 @@ from datetime import date, datetime
 from pathlib import Path
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from workspace.access import check_session, is_main
 from workspace.daily_log import MEMORY_DIR, log_dir_for
-from workspace.memory_schema import create_memory_tables
-from workspace.memory_search import MemoryHit, run_search
+from workspace.memory_schema import create_memory_tables, owner_tag
+from workspace.memory_search import CANDIDATE_WINDOW, MemoryHit, run_search
 
 CHUNK_CHARS = 1_600
 """About 400 tokens."""
 MAX_FILE_BYTES = 8 * 1024 * 1024
 """Only the first 8 MB of a (very unusual) huge memory file are indexed."""
 BATCH_FILES = 200
+ANALYZE_AFTER_FILES = 200
 MAIN_OWNER = "main"
 LONG_TERM_FILE = "MEMORY.md"
+log = logging.getLogger(__name__)
 _PG_LOCK_KEY = 0x526F6F73_4D656D  # "Roos" "Mem": serialises writers across processes
 
 __all__ = ["MemoryHit", "MemoryIndex", "SyncStats", "create_memory_tables", "reindex_memory"]
@@ -151,6 +155,11 @@ def _day_ord(rel: str, mtime_ns: int) -> int | None:
         return datetime.fromtimestamp(mtime_ns / 1e9).date().toordinal()
 
 
+def _index_order(rel: str) -> tuple[int, str, str]:
+    name = rel.rsplit("/", 1)[-1]
+    return (rel == LONG_TERM_FILE, name, rel)
+
+
 def _prepare(root: Path, paths: list[str], known: dict[str, str]) -> list[_Prepared | str]:
     """Read, hash and chunk `paths` (runs in a worker thread). A path that vanished comes
     back as its bare string."""
@@ -187,12 +196,14 @@ class MemoryIndex:
         today: Callable[[], date] = date.today,
         clock: Callable[[], float] = time.monotonic,
         refresh_interval_s: float = 5.0,
+        candidate_window: int = CANDIDATE_WINDOW,
     ) -> None:
         self._engine = engine
         self._root = root
         self._today = today
         self._clock = clock
         self._refresh_interval_s = refresh_interval_s
+        self._window = candidate_window
         self._lock = asyncio.Lock()
         self._last_sync: float | None = None
         self._dirty = True
@@ -244,7 +255,12 @@ class MemoryIndex:
         owner = search_owner(session_key, scope)
         async with self._engine.connect() as conn:
             return await run_search(
-                conn, query, owner=owner, today_ord=self._today().toordinal(), limit=limit
+                conn,
+                query,
+                owner=owner,
+                today_ord=self._today().toordinal(),
+                limit=limit,
+                window=self._window,
             )
 
     async def _sync(self) -> SyncStats:
@@ -255,7 +271,12 @@ class MemoryIndex:
             ).all()
         known = {r[0]: (int(r[1]), int(r[2]), str(r[3])) for r in rows}
         stats = SyncStats(scanned=len(on_disk))
-        changed = [p for p, st in sorted(on_disk.items()) if known.get(p, (0, 0, ""))[:2] != st]
+        # Oldest first, MEMORY.md last: new chunk ids then follow recency, which the
+        # newest-first candidate window of the search relies on.
+        changed = sorted(
+            (p for p, st in on_disk.items() if known.get(p, (0, 0, ""))[:2] != st),
+            key=_index_order,
+        )
         stats.unchanged = len(on_disk) - len(changed)
         gone = [p for p in known if p not in on_disk]
         hashes = {p: known[p][2] for p in changed if p in known}
@@ -286,22 +307,41 @@ class MemoryIndex:
                     await conn.execute(text("DELETE FROM memory_chunks WHERE path = :p"), {"p": path})
                     await conn.execute(text("DELETE FROM memory_files WHERE path = :p"), {"p": path})
             stats.removed = len(gone)
+        if stats.indexed or stats.removed:
+            await self._tidy(bulk=stats.indexed + stats.removed >= ANALYZE_AFTER_FILES)
         return stats
+
+    async def _tidy(self, *, bulk: bool) -> None:
+        """PostgreSQL only: merge the GIN pending list (every search scans it linearly until
+        then) and, after a bulk change, refresh planner statistics."""
+        if self._engine.dialect.name != "postgresql":
+            return
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    text("SELECT gin_clean_pending_list('ix_memory_chunks_tsv'::regclass)")
+                )
+                if bulk:
+                    await conn.execute(text("ANALYZE memory_chunks"))
+                    await conn.execute(text("ANALYZE memory_files"))
+        except DBAPIError as exc:  # e.g. not the index owner: searches are slower, not wrong
+            log.warning("memory_index.tidy_failed error=%s", exc)
 
     async def _write_file(self, conn: AsyncConnection, item: _Prepared) -> None:
         assert item.chunks is not None
         owner = owner_of(item.path)
+        tag = owner_tag(owner)
         day_ord = _day_ord(item.path, item.mtime_ns)
         await conn.execute(text("DELETE FROM memory_chunks WHERE path = :p"), {"p": item.path})
         await conn.execute(text("DELETE FROM memory_files WHERE path = :p"), {"p": item.path})
         if item.chunks:
             await conn.execute(
                 text(
-                    "INSERT INTO memory_chunks (path, owner, day_ord, start_line, end_line, body)"
-                    " VALUES (:p, :o, :d, :s, :e, :b)"
+                    "INSERT INTO memory_chunks (path, owner, owner_tag, day_ord, start_line,"
+                    " end_line, body) VALUES (:p, :o, :t, :d, :s, :e, :b)"
                 ),
                 [
-                    {"p": item.path, "o": owner, "d": day_ord, "s": c.start_line,
+                    {"p": item.path, "o": owner, "t": tag, "d": day_ord, "s": c.start_line,
                      "e": c.end_line, "b": c.body}
                     for c in item.chunks
                 ],

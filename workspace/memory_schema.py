@@ -4,12 +4,16 @@ Changing a statement here changes what migration 0002 creates; ship schema chang
 migration instead of editing these.
 
     memory_files   one row per indexed file: path, owner, mtime_ns, size, sha256, day_ord
-    memory_chunks  ~1,600-character pieces of a file on line boundaries (start/end line)
-    sqlite:        memory_chunks_fts, an FTS5 external-content table kept in step by triggers
+    memory_chunks  ~1,600-character pieces of a file on line boundaries (start/end line),
+                   with the owner (whose scope may see it) and owner_tag, a one-token hash of it
+    sqlite:        memory_chunks_fts, an FTS5 external-content table kept in step by triggers;
+                   owner_tag is indexed there so a scoped search matches only its own rows
     postgresql:    memory_chunks.tsv, a generated tsvector with a GIN index
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from sqlalchemy import Connection, text
 
@@ -31,6 +35,7 @@ CREATE TABLE IF NOT EXISTS memory_chunks (
     id INTEGER PRIMARY KEY,
     path TEXT NOT NULL,
     owner TEXT NOT NULL,
+    owner_tag TEXT NOT NULL,
     day_ord INTEGER,
     start_line INTEGER NOT NULL,
     end_line INTEGER NOT NULL,
@@ -39,23 +44,25 @@ CREATE TABLE IF NOT EXISTS memory_chunks (
     "CREATE INDEX IF NOT EXISTS ix_memory_chunks_path ON memory_chunks (path)",
     """
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_chunks_fts USING fts5(
-    body, content='memory_chunks', content_rowid='id',
+    body, owner_tag, content='memory_chunks', content_rowid='id',
     tokenize='porter unicode61 remove_diacritics 2'
 )""",
     """
 CREATE TRIGGER IF NOT EXISTS memory_chunks_ai AFTER INSERT ON memory_chunks BEGIN
-    INSERT INTO memory_chunks_fts (rowid, body) VALUES (new.id, new.body);
+    INSERT INTO memory_chunks_fts (rowid, body, owner_tag)
+    VALUES (new.id, new.body, new.owner_tag);
 END""",
     """
 CREATE TRIGGER IF NOT EXISTS memory_chunks_ad AFTER DELETE ON memory_chunks BEGIN
-    INSERT INTO memory_chunks_fts (memory_chunks_fts, rowid, body)
-    VALUES ('delete', old.id, old.body);
+    INSERT INTO memory_chunks_fts (memory_chunks_fts, rowid, body, owner_tag)
+    VALUES ('delete', old.id, old.body, old.owner_tag);
 END""",
     """
 CREATE TRIGGER IF NOT EXISTS memory_chunks_au AFTER UPDATE ON memory_chunks BEGIN
-    INSERT INTO memory_chunks_fts (memory_chunks_fts, rowid, body)
-    VALUES ('delete', old.id, old.body);
-    INSERT INTO memory_chunks_fts (rowid, body) VALUES (new.id, new.body);
+    INSERT INTO memory_chunks_fts (memory_chunks_fts, rowid, body, owner_tag)
+    VALUES ('delete', old.id, old.body, old.owner_tag);
+    INSERT INTO memory_chunks_fts (rowid, body, owner_tag)
+    VALUES (new.id, new.body, new.owner_tag);
 END""",
 )
 
@@ -66,6 +73,7 @@ CREATE TABLE IF NOT EXISTS memory_chunks (
     id BIGSERIAL PRIMARY KEY,
     path TEXT NOT NULL,
     owner TEXT NOT NULL,
+    owner_tag TEXT NOT NULL,
     day_ord INTEGER,
     start_line INTEGER NOT NULL,
     end_line INTEGER NOT NULL,
@@ -90,6 +98,11 @@ _DROP_POSTGRESQL: tuple[str, ...] = (
     "DROP TABLE IF EXISTS memory_chunks",
     "DROP TABLE IF EXISTS memory_files",
 )
+
+
+def owner_tag(owner: str) -> str:
+    """A single FTS token standing for `owner` (letters and digits only)."""
+    return "own" + hashlib.sha256(owner.encode("utf-8")).hexdigest()[:24]
 
 
 def schema_statements(dialect: str) -> tuple[str, ...]:
