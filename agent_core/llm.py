@@ -107,14 +107,18 @@ class AnthropicLLM:
         max_retries: int = 2,
         timeout_s: float = 120.0,
     ) -> None:
+        # Without a key the SDK fails every request with a bare TypeError; say it plainly.
+        self._has_key = bool(api_key)
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s
+            api_key=api_key or "missing", base_url=base_url, max_retries=max_retries, timeout=timeout_s
         )
 
     async def aclose(self) -> None:
         await self._client.close()
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
+        if not self._has_key:
+            raise LLMAuthError("No API key for the model service: set ANTHROPIC_API_KEY (see `roost doctor`).")
         try:
             async for item in self._stream(request):
                 yield item

@@ -154,6 +154,14 @@ class AgentLoop:
                 self._store.finish_run(run_id, "cancelled", "cancelled", state.turns, state.usage)
             )
             raise
+        except Exception as exc:
+            # A bug of ours must still end the run visibly, never leave the user waiting.
+            log.exception("run.crashed", extra={"run": run_id, "session": request.session_key})
+            await self._store.finish_run(run_id, "failed", "internal_error", state.turns, state.usage)
+            await emit(
+                RunFailed(run_id, f"Roost hit an internal error ({type(exc).__name__}); it has been logged.",
+                          "internal_error", state.usage)
+            )
 
     async def _turns(
         self,

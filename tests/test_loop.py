@@ -258,3 +258,29 @@ async def test_fallback_model_is_used_on_overload_and_rate_limit(fake_api, tmp_p
     finally:
         await harness.llm.aclose()
         await harness.storage.aclose()
+
+
+async def test_internal_error_ends_the_run_visibly(core: CoreHarness) -> None:
+    def broken(key, scope, at):  # noqa: ANN001, ANN202
+        raise KeyError("boom")
+
+    core.loop._context = broken
+    failed = (await core.run("hi"))[-1]
+    assert isinstance(failed, RunFailed) and failed.kind == "internal_error"
+    assert "internal error (KeyError)" in failed.message
+
+
+async def test_missing_api_key_is_a_clear_error(fake_api) -> None:
+    from agent_core.llm import AnthropicLLM, LLMAuthError, LLMRequest
+
+    llm = AnthropicLLM(api_key=None, base_url=fake_api.base_url)
+    try:
+        stream = llm.stream(LLMRequest("m", [], [], [{"role": "user", "content": "hi"}]))
+        try:
+            await stream.__anext__()
+            raise AssertionError("expected LLMAuthError")
+        except LLMAuthError as exc:
+            assert "ANTHROPIC_API_KEY" in str(exc)
+        assert fake_api.requests == []
+    finally:
+        await llm.aclose()
