@@ -55,6 +55,9 @@ async def build(
         ensure_workspace(root)
         storage = await Storage.open(settings.db_url)
         stack.push_async_callback(storage.aclose)
+        for run in await storage.mark_interrupted_runs():
+            log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
+        await storage.prune_seen_updates()
 
         memory = MemoryIndex(storage.engine, root)
         await memory.sync()
