@@ -273,6 +273,12 @@ async def test_refresh_is_throttled_unless_dirty(engine: AsyncEngine, ws: Path) 
     assert await idx.refresh() is not None
     idx.mark_dirty()
     assert await idx.refresh() is not None
+    assert await idx.refresh() is None
+    memory = ws / "MEMORY.md"
+    memory.write_text("rewritten by write_file or exec\n", encoding="utf-8")
+    os.utime(memory, ns=(memory.stat().st_atime_ns, memory.stat().st_mtime_ns + 10**9))
+    stats = await idx.refresh()  # MEMORY.md changed: synced at once, no waiting
+    assert stats is not None and stats.indexed == 1
 
 
 async def test_scoped_memory_writes_own_log_and_finds_it(engine: AsyncEngine, ws: Path) -> None:

@@ -207,6 +207,8 @@ class MemoryIndex:
         self._lock = asyncio.Lock()
         self._last_sync: float | None = None
         self._dirty = True
+        self._long_term_seen: tuple[int, int] | None = None
+        """MEMORY.md's (mtime_ns, size) at the last sync: a change syncs at once."""
 
     @property
     def root(self) -> Path:
@@ -217,13 +219,22 @@ class MemoryIndex:
         self._dirty = True
 
     async def refresh(self) -> SyncStats | None:
-        """Sync if something was written through us or the last sync is older than the
-        refresh interval (edits made outside Roost); otherwise do nothing and return None."""
+        """Sync if something was written through us, MEMORY.md changed (one stat), or the
+        last sync is older than the refresh interval (edits made by other means); otherwise
+        do nothing and return None."""
         last = self._last_sync
         if not self._dirty and last is not None:
-            if self._clock() - last < self._refresh_interval_s:
+            fresh = self._clock() - last < self._refresh_interval_s
+            if fresh and self._long_term_stat() == self._long_term_seen:
                 return None
         return await self.sync()
+
+    def _long_term_stat(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self._root / LONG_TERM_FILE)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
 
     async def sync(self) -> SyncStats:
         """Bring the index in line with the files on disk; see the module docstring."""
@@ -265,6 +276,7 @@ class MemoryIndex:
 
     async def _sync(self) -> SyncStats:
         on_disk = await asyncio.to_thread(scan_files, self._root)
+        self._long_term_seen = on_disk.get(LONG_TERM_FILE)
         async with self._engine.connect() as conn:
             rows = (
                 await conn.execute(text("SELECT path, mtime_ns, size, sha256 FROM memory_files"))

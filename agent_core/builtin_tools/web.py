@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -111,12 +112,10 @@ class _GuardedBackend(httpcore.AsyncNetworkBackend):
 class _GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's transport with the connection pool rebuilt on the guarded backend."""
 
-    def __init__(self, backend: _GuardedBackend) -> None:
-        super().__init__(trust_env=False)
+    def __init__(self, backend: _GuardedBackend, ssl_context: ssl.SSLContext) -> None:
+        super().__init__(verify=ssl_context, trust_env=False)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            network_backend=backend,
-            max_connections=10,
+            ssl_context=ssl_context, network_backend=backend, max_connections=10
         )
 
 
@@ -133,10 +132,11 @@ def make_web_fetch_tool(
     characters of text, gives up after `timeout_s`; failures are ToolErrors."""
     hosts = frozenset(h.lower().rstrip(".") for h in allowed_hosts)
     backend_args = (resolver or system_resolver, allow_private, hosts)
+    ssl_context = httpx.create_ssl_context(trust_env=False)  # loading CA certs once
 
     async def run(args: WebFetchInput, ctx: ToolContext) -> str:
         url = _check_url(args.url)
-        transport = _GuardedTransport(_GuardedBackend(*backend_args))
+        transport = _GuardedTransport(_GuardedBackend(*backend_args), ssl_context)
         client = httpx.AsyncClient(
             transport=transport,
             follow_redirects=True,
