@@ -52,8 +52,9 @@ class ReplySink(Protocol):
 class InboundHandler(Protocol):
     """Implemented by the composition root; adapters call it."""
 
-    async def receive(self, inbound: Inbound) -> None:
-        """Take a message; returns once it is accepted (queued), not when answered."""
+    async def receive(self, inbound: Inbound) -> bool:
+        """Take a message; returns once it is handled or queued, not when answered.
+        True when a run will answer it (False: a command, a notice, ignored, or buffered)."""
         ...
 
     async def decide(self, approval_id: str, decision: Decision, identity: str) -> ResolveResult:

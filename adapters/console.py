@@ -78,10 +78,10 @@ class ConsoleAdapter:
                 continue
             self._counter += 1
             self._idle.clear()
-            await self._handler.receive(
+            queued = await self._handler.receive(
                 Inbound("console", "private", "console", "owner", self._user_name, line, message_id=str(self._counter))
             )
-            if not line.startswith("/") and self._idle.is_set() is False:
+            if queued:
                 await self._wait_idle_or_line()
             else:
                 self._idle.set()

@@ -79,15 +79,15 @@ class Conversations:
         self.commands = CommandHandlers(self)
 
     # --- InboundHandler -------------------------------------------------------------
-    async def receive(self, inbound: Inbound) -> None:
+    async def receive(self, inbound: Inbound) -> bool:
         if inbound.update_id is not None and not await self.storage.mark_update_seen(
             inbound.platform, inbound.update_id
         ):
             log.info("inbound.duplicate", extra={"platform": inbound.platform, "update": inbound.update_id})
-            return
+            return False
         command = parse_command(inbound.text, self.bot_usernames.get(inbound.platform))
         if command and inbound.chat_kind == "group" and await self.commands.group_admin(command, inbound):
-            return
+            return False
         route = await self.router.route(inbound)
         match route:
             case NeedsPairing(code=code):
@@ -95,12 +95,13 @@ class Conversations:
                 if code is not None:
                     await self.commands.tell_owner_about_pairing(inbound, code)
             case Buffered() | Ignored():
-                return
+                return False
             case Accept():
                 if command is not None:
                     await self._notify(inbound, await self.commands.run(command, inbound, route))
-                    return
-                await self._accept(inbound, route)
+                    return False
+                return await self._accept(inbound, route)
+        return False
 
     async def decide(self, approval_id: str, decision: Decision, identity: str) -> ResolveResult:
         return await self.gate.resolve(approval_id, decision, identity)
@@ -139,24 +140,25 @@ class Conversations:
         return count
 
     # --- runs -----------------------------------------------------------------------
-    async def _accept(self, inbound: Inbound, route: Accept) -> None:
+    async def _accept(self, inbound: Inbound, route: Accept) -> bool:
         if not inbound.text.strip():
-            return
+            return False
         if len(inbound.text) > MAX_INBOUND_CHARS:
             await self._notify(
                 inbound,
                 f"That message is {len(inbound.text):,} characters; I take at most "
                 f"{MAX_INBOUND_CHARS:,}. Please send it in parts or as a file.",
             )
-            return
+            return False
         await self.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
         try:
             waiting = self.lanes.submit(route.session_key, Pending(inbound, route))
         except LaneFull as exc:
             await self._notify(inbound, f"I'm still busy and {exc}; please wait for my answer.")
-            return
+            return False
         if waiting == 1:
             await self._notify(inbound, "⏳ Got it — I'll get to this as soon as I finish the current answer.")
+        return True
 
     async def _run_batch(self, key: str, items: list[Pending]) -> None:
         last = items[-1]
