@@ -1,0 +1,312 @@
+"""The Telegram adapter: python-telegram-bot's `ExtBot` + `Updater` (polling or webhook),
+turned into `Inbound` values for the `InboundHandler` and rendered replies back.
+
+Lifecycle: `start(handler)` calls getMe (the bot's username decides what counts as a
+mention), registers the commands with setMyCommands (in the background: it must not delay
+the first poll), then long-polls — or, in webhook mode, registers `webhook_url` with
+setWebhook and serves its path on `webhook_listen`, checking the secret on every request
+(a wrong or missing secret gets 403 and nothing is processed). If start fails, everything
+started so far is closed. `aclose` stops intake, lets updates in progress finish briefly,
+drops queued sends, and closes the HTTP clients; it is idempotent.
+
+Outgoing traffic: one `Outbox` per adapter paces every chat (≥ 1.0 s between requests in a
+chat as Telegram sees them) and pauses on `retry_after`; PTB's `AIORateLimiter` (no retries)
+keeps the global limits. Long polling has its own HTTP pool so it never starves sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from telegram import BotCommand, Update
+from telegram.error import TelegramError
+from telegram.ext import AIORateLimiter, ExtBot, Updater
+from telegram.request import BaseRequest, HTTPXRequest
+
+from adapters.base import Button, Delivery, InboundHandler
+from adapters.errors import DeliveryError, MessageGone
+from adapters.outbox import Clock, Outbox, Priority, Sleep
+from adapters.render.split import split_entities
+from adapters.render.utf16 import index_for_units, utf16_len
+from adapters.telegram.approval_cards import ApprovalCards
+from adapters.telegram.callback_data import CallbackCodec
+from adapters.telegram.callbacks import CallbackHandler
+from adapters.telegram.dispatch import ChatDispatcher
+from adapters.telegram.pacing import through_outbox
+from adapters.telegram.reply import ReplyContext, TelegramReply, chat_ref, transport_for
+from adapters.telegram.transport import EDIT_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, TelegramTransport
+from adapters.telegram.updates import BotIdentity, describe, to_inbound
+from agent_core.inbound import ReplyTarget
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.telegram.org/bot"
+ALLOWED_UPDATES = ("message", "callback_query")
+INTERRUPTED_NOTE = "\n\n… (interrupted: Roost restarted)"
+Mode = Literal["polling", "webhook"]
+
+
+class TelegramConfigError(ValueError):
+    """The adapter's settings cannot work (e.g. webhook mode without a webhook URL)."""
+
+
+def file_url_for(base_url: str) -> str | None:
+    """Bot API servers serve files at `<root>/file/bot`; None lets PTB use its default."""
+    return base_url[: -len("/bot")] + "/file/bot" if base_url.endswith("/bot") else None
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise TelegramConfigError(f"webhook listen address {listen!r} is not host:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class TelegramAdapter:
+    """Implements `adapters.base.Adapter` for Telegram; see the module docstring."""
+
+    platform = "telegram"
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        mode: Mode = "polling",
+        webhook_url: str | None = None,
+        webhook_listen: str = "0.0.0.0:8443",
+        webhook_secret: str | None = None,
+        commands: Mapping[str, str] | None = None,
+        bot_username: str | None = None,
+        request: BaseRequest | None = None,
+        get_updates_request: BaseRequest | None = None,
+        rate_limit: bool = True,
+        poll_timeout_s: float = 25.0,
+        max_concurrent_updates: int = 64,
+        chat_interval_s: float = EDIT_INTERVAL_S,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if mode == "webhook":
+            if not webhook_url:
+                raise TelegramConfigError("webhook mode needs ROOST_TELEGRAM__WEBHOOK_URL")
+            self._listen = parse_listen(webhook_listen)
+        self._token = token
+        self._base_url = base_url
+        self._mode = mode
+        self._webhook_url = webhook_url
+        self._webhook_secret = webhook_secret
+        self._commands = dict(commands or {})
+        self._username_override = bot_username
+        self._request = request
+        self._get_updates_request = get_updates_request
+        self._rate_limit = rate_limit
+        self._poll_timeout_s = poll_timeout_s
+        self._max_concurrent = max_concurrent_updates
+        self._interval_s = chat_interval_s
+        self._clock, self._sleep = clock, sleep
+        self._state: Literal["new", "running", "closed"] = "new"
+        self._bot: ExtBot[Any] | None = None
+        self._updater: Updater | None = None
+        self._outbox: Outbox | None = None
+        self._dispatcher: ChatDispatcher | None = None
+        self._consumer: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ctx: ReplyContext | None = None
+        self._callbacks: CallbackHandler | None = None
+        self._codec = CallbackCodec()
+        self._handler: InboundHandler | None = None
+        self._me: BotIdentity | None = None
+
+    @property
+    def bot_username(self) -> str | None:
+        """The bot's @username (from getMe), once started."""
+        return self._me.username if self._me else None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self, handler: InboundHandler) -> None:
+        if self._state != "new":
+            raise RuntimeError(f"TelegramAdapter cannot start: it is {self._state}")
+        self._state = "running"
+        try:
+            await self._start(handler)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        bot: ExtBot[Any] = ExtBot(
+            self._token,
+            base_url=self._base_url,
+            base_file_url=file_url_for(self._base_url),
+            request=self._request or HTTPXRequest(connection_pool_size=128, pool_timeout=30.0),
+            get_updates_request=self._get_updates_request or HTTPXRequest(),
+            rate_limiter=AIORateLimiter() if self._rate_limit else None,
+        )
+        self._bot = bot
+        await bot.initialize()  # getMe
+        me = bot.bot
+        self._me = BotIdentity(me.id, self._username_override or me.username or "")
+        self._outbox = Outbox(clock=self._clock, sleep=self._sleep)
+        await self._outbox.start()
+        cards = ApprovalCards(self._outbox, self._codec)
+        self._ctx = ReplyContext(bot, self._outbox, cards, handler, self._clock, self._sleep, self._interval_s)
+        self._callbacks = CallbackHandler(self._ctx, self._codec)
+        self._dispatcher = ChatDispatcher(self._process, max_concurrent=self._max_concurrent)
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        self._updater = Updater(bot, queue)
+        await self._updater.initialize()
+        self._consumer = asyncio.get_running_loop().create_task(self._consume(queue), name="tg-updates")
+        if self._commands:
+            self._spawn(self._register_commands())
+        if self._mode == "polling":
+            await self._updater.start_polling(
+                timeout=self._poll_timeout_s,
+                allowed_updates=list(ALLOWED_UPDATES),
+                error_callback=self._polling_error,
+            )
+        else:
+            host, port = self._listen
+            await self._updater.start_webhook(
+                listen=host,
+                port=port,
+                url_path=urlsplit(self._webhook_url or "").path,
+                webhook_url=self._webhook_url,
+                secret_token=self._webhook_secret,
+                allowed_updates=list(ALLOWED_UPDATES),
+            )
+        log.info("telegram.started mode=%s bot=@%s", self._mode, self._me.username)
+
+    async def aclose(self) -> None:
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        updater = self._updater
+        if updater is not None and updater.running:
+            await _quietly("updater.stop", updater.stop())
+        if self._consumer is not None:
+            self._consumer.cancel()
+            await asyncio.gather(self._consumer, return_exceptions=True)
+        if self._dispatcher is not None:
+            await self._dispatcher.aclose()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._outbox is not None:
+            await self._outbox.aclose()
+        if updater is not None:
+            await _quietly("updater.shutdown", updater.shutdown())  # shuts the bot down too
+        elif self._bot is not None:
+            await _quietly("bot.shutdown", self._bot.shutdown())
+        log.info("telegram.closed")
+
+    async def __aenter__(self) -> TelegramAdapter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _register_commands(self) -> None:
+        assert self._bot is not None
+        commands = [BotCommand(name, text[:256]) for name, text in self._commands.items()]
+        try:
+            await self._bot.set_my_commands(commands)
+        except TelegramError as exc:  # the bot works without the command menu
+            log.warning("telegram.set_commands_failed: %s", exc)
+
+    def _polling_error(self, exc: TelegramError) -> None:
+        log.warning("telegram.polling_error %s: %s", type(exc).__name__, exc)
+
+    # -- inbound ---------------------------------------------------------------------
+
+    async def _consume(self, queue: asyncio.Queue[object]) -> None:
+        assert self._dispatcher is not None
+        while True:
+            update = await queue.get()
+            if isinstance(update, Update):
+                self._dispatcher.submit(update)
+            else:
+                log.warning("telegram.unexpected_queue_item type=%s", type(update).__name__)
+
+    async def _process(self, update: Update) -> None:
+        assert self._handler is not None and self._me is not None and self._callbacks is not None
+        if update.callback_query is not None:
+            await self._callbacks.handle(update.callback_query)
+            return
+        inbound = to_inbound(update, self._me)
+        if inbound is None:
+            log.info("telegram.update_ignored %s", describe(update))
+            return
+        await self._handler.receive(inbound)
+
+    # -- outbound --------------------------------------------------------------------
+
+    def _running(self) -> ReplyContext:
+        if self._state != "running" or self._ctx is None:
+            raise RuntimeError("TelegramAdapter is not running")
+        return self._ctx
+
+    def open_reply(self, target: ReplyTarget) -> TelegramReply:
+        return TelegramReply(self._running(), target)
+
+    async def send_text(self, target: ReplyTarget, text: str, *, buttons: Sequence[Button] = ()) -> str:
+        """Plain text (Telegram links commands and URLs itself), split at 4096 UTF-16 units;
+        buttons go on the last message. Returns the last message's id."""
+        ctx = self._running()
+        chunks = split_entities(text, (), TELEGRAM_LIMIT_UNITS, "utf16")
+        if not chunks:
+            raise DeliveryError("refusing to send an empty message")
+        keyboard: Keyboard = [[(b.label, self._codec.encode(b.action))] for b in buttons]
+        transport = transport_for(ctx, target, quote=True)
+        message_id = ""
+        for n, chunk in enumerate(chunks):
+            last = n == len(chunks) - 1
+
+            async def send(text: str = chunk.text, kb: Keyboard | None = keyboard if last else None) -> str:
+                return str((await transport.send_message(text, (), kb)).message_id)
+
+            message_id = await through_outbox(
+                ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s
+            )
+        return message_id
+
+    async def mark_interrupted(self, delivery: Delivery) -> None:
+        """Append a note to the cut-off message in place; a deleted message needs nothing."""
+        ctx = self._running()
+        if delivery.message_id is None:
+            return
+        thread = int(delivery.thread_id) if delivery.thread_id else None
+        transport = TelegramTransport(ctx.bot, chat_ref(delivery.chat_id), thread, interval_s=ctx.interval_s)
+        text = delivery.text.rstrip()
+        text = text[: index_for_units(text, TELEGRAM_LIMIT_UNITS - utf16_len(INTERRUPTED_NOTE))]
+        note = (text + INTERRUPTED_NOTE).strip()
+        message_id = delivery.message_id
+        try:
+            await through_outbox(
+                ctx.outbox,
+                transport.chat_key,
+                lambda: transport.edit_message(message_id, note),
+                interval=transport.min_edit_interval_s,
+                priority=Priority.EDIT,
+            )
+        except MessageGone:
+            log.info("telegram.interrupted_message_gone chat=%s message=%s", delivery.chat_id, message_id)
+
+
+async def _quietly(what: str, aw: Coroutine[Any, Any, Any]) -> None:
+    try:
+        await aw
+    except Exception:  # closing must go on: later steps still release their resources
+        log.exception("telegram.close_step_failed step=%s", what)
