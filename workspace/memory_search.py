@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from workspace.memory_schema import owner_tag
 
 MAX_TERMS = 12
-CANDIDATE_WINDOW = 2_000
+CANDIDATE_WINDOW = 1_000
 """At most this many matching chunks are ranked: the newest ones (chunks of recently
 (re)indexed files have the highest ids). Bounds the cost of very broad queries."""
 SNIPPET_CHARS = 320
