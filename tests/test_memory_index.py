@@ -18,10 +18,9 @@ from agent_core.builtin_tools.memory_tools import MEMORY_GET, MEMORY_SEARCH, MEM
 from agent_core.risk import Scope
 from agent_core.tools import Tool, ToolContext, ToolError
 from workspace.daily_log import append_entry, log_path
+from workspace.memory_files import CHUNK_CHARS, chunk_lines
 from workspace.memory_index import (
-    CHUNK_CHARS,
     MemoryIndex,
-    chunk_lines,
     create_memory_tables,
     reindex_memory,
     search_owner,

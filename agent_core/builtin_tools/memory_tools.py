@@ -17,7 +17,7 @@ from agent_core.builtin_tools._paths import display, resolve_in_workspace
 from agent_core.risk import Risk, Scope
 from agent_core.tools import Tool, ToolContext, ToolError, cap_output
 from workspace.daily_log import MEMORY_DIR, append_entry
-from workspace.memory_index import LONG_TERM_FILE
+from workspace.memory_files import LONG_TERM_FILE
 
 MAX_GET_LINES = 400
 MAX_MEMORY_CHARS = 100_000
