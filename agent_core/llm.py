@@ -1,6 +1,7 @@
-"""The model client: one streaming Messages API call, translated into our own values.
+"""The model client contract: request and stream values, the error tree, and fallback.
 
-Exceptions (everything the SDK raises is translated here, nowhere else)::
+`agent_core.anthropic_llm` implements it over the anthropic SDK (the only module that imports
+it, kept apart because importing the SDK costs ~2 s and ~70 MB). Exceptions::
 
     LLMError                 message is safe to show a user
     ├── LLMRateLimited       429; retry_after when the service said
@@ -12,14 +13,10 @@ Exceptions (everything the SDK raises is translated here, nowhere else)::
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-import anthropic
-import httpx2
 
 from agent_core.events import Usage
 
@@ -94,188 +91,6 @@ class LLMClient(Protocol):
     def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
         """Yield text chunks as they arrive, then exactly one MessageComplete; raise LLMError."""
         ...
-
-
-class AnthropicLLM:
-    """LLMClient over the anthropic SDK (base URL and key from the environment or arguments)."""
-
-    def __init__(
-        self,
-        *,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        max_retries: int = 2,
-        timeout_s: float = 120.0,
-    ) -> None:
-        # Without a key the SDK fails every request with a bare TypeError; say it plainly.
-        self._has_key = bool(api_key)
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key or "missing", base_url=base_url, max_retries=max_retries, timeout=timeout_s
-        )
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
-        if not self._has_key:
-            raise LLMAuthError("No API key for the model service: set ANTHROPIC_API_KEY (see `roost doctor`).")
-        try:
-            async for item in self._stream(request):
-                yield item
-        except anthropic.APIError as exc:
-            raise translate_error(exc) from exc
-        except httpx2.TransportError as exc:
-            # A connection dropped mid-stream is not wrapped by the SDK.
-            raise LLMUnavailable("The connection to the model service broke mid-answer.") from exc
-
-    async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
-        kwargs: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens,
-            "system": request.system,
-            "messages": request.messages,
-        }
-        if request.tools:
-            kwargs["tools"] = request.tools
-        stream = await self._client.messages.create(stream=True, **kwargs)
-        blocks: dict[int, dict[str, Any]] = {}
-        partial_json: dict[int, list[str]] = {}
-        usage = Usage()
-        stop_reason = "end_turn"
-        model = request.model
-        async with stream:
-            async for event in stream:
-                kind = event.type
-                if kind == "message_start":
-                    model = event.message.model or model
-                    usage = _usage(event.message.usage)
-                elif kind == "content_block_start":
-                    block = event.content_block.model_dump(exclude_none=True)
-                    if block.get("type") == "tool_use":
-                        block["input"] = {}
-                        partial_json[event.index] = []
-                    blocks[event.index] = block
-                elif kind == "content_block_delta":
-                    delta = event.delta
-                    if delta.type == "text_delta":
-                        blocks[event.index]["text"] = blocks[event.index].get("text", "") + delta.text
-                        yield TextChunk(delta.text)
-                    elif delta.type == "input_json_delta":
-                        partial_json.setdefault(event.index, []).append(delta.partial_json)
-                elif kind == "message_delta":
-                    stop_reason = event.delta.stop_reason or stop_reason
-                    if event.usage is not None:
-                        usage = Usage(
-                            usage.input_tokens,
-                            event.usage.output_tokens or usage.output_tokens,
-                            usage.cache_read_input_tokens,
-                            usage.cache_creation_input_tokens,
-                        )
-        content, malformed = _finish_blocks(blocks, partial_json)
-        yield MessageComplete(content, stop_reason, usage, model, malformed)
-
-
-def _finish_blocks(
-    blocks: dict[int, dict[str, Any]], partial_json: dict[int, list[str]]
-) -> tuple[list[dict[str, Any]], list[MalformedToolUse]]:
-    content: list[dict[str, Any]] = []
-    malformed: list[MalformedToolUse] = []
-    for index in sorted(blocks):
-        block = blocks[index]
-        kind = block.get("type")
-        if kind == "text":
-            if block.get("text"):
-                content.append({"type": "text", "text": block["text"]})
-        elif kind == "tool_use":
-            raw = "".join(partial_json.get(index, []))
-            parsed, problem = _parse_tool_input(raw)
-            if problem is not None:
-                malformed.append(MalformedToolUse(block["id"], block["name"], raw, problem))
-            content.append(
-                {"type": "tool_use", "id": block["id"], "name": block["name"], "input": parsed}
-            )
-        # thinking and other block types are not produced without being asked for
-    return content, malformed
-
-
-def _parse_tool_input(raw: str) -> tuple[dict[str, Any], str | None]:
-    if not raw.strip():
-        return {}, None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        return {}, f"not valid JSON ({exc.msg} at position {exc.pos})"
-    if not isinstance(value, dict):
-        return {}, f"expected a JSON object, got {type(value).__name__}"
-    return value, None
-
-
-def _usage(raw: Any) -> Usage:
-    if raw is None:
-        return Usage()
-    return Usage(
-        raw.input_tokens or 0,
-        raw.output_tokens or 0,
-        getattr(raw, "cache_read_input_tokens", 0) or 0,
-        getattr(raw, "cache_creation_input_tokens", 0) or 0,
-    )
-
-
-def translate_error(exc: anthropic.APIError) -> LLMError:
-    if isinstance(exc, anthropic.RateLimitError) or (
-        isinstance(exc, anthropic.APIStatusError) and _api_error_type(exc) == "rate_limit_error"
-    ):
-        retry_after = _retry_after(exc)
-        return LLMRateLimited("The model service is rate limiting us.", retry_after)
-    if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        if status == 200:  # an `event: error` inside a stream that had started fine
-            status = _STREAM_ERROR_STATUS.get(_api_error_type(exc), 500)
-        if status in (529, 503):
-            return LLMOverloaded("The model service is overloaded right now.")
-        if status in (401, 403):
-            return LLMAuthError(
-                "The model service rejected the API key (check ANTHROPIC_API_KEY)."
-            )
-        if status == 400:
-            return LLMBadRequest(f"The model service rejected the request: {_api_message(exc)}")
-        if status >= 500:
-            return LLMUnavailable(f"The model service failed (HTTP {status}).")
-        return LLMError(f"The model service answered HTTP {status}: {_api_message(exc)}")
-    if isinstance(exc, anthropic.APITimeoutError):
-        return LLMUnavailable("The model service timed out.")
-    if isinstance(exc, anthropic.APIConnectionError):
-        return LLMUnavailable("Could not reach the model service.")
-    return LLMError("The model service failed.")
-
-
-_STREAM_ERROR_STATUS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
-
-
-def _api_error_type(exc: anthropic.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and isinstance(error.get("type"), str):
-            return error["type"]
-    return ""
-
-
-def _retry_after(exc: anthropic.APIStatusError) -> float | None:
-    value = exc.response.headers.get("retry-after") if exc.response is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def _api_message(exc: anthropic.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
-    return str(exc.message)
 
 
 class FallbackLLM:

@@ -3,16 +3,18 @@ conversations → adapters, inside one AsyncExitStack so everything closes in re
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 from datetime import datetime
 
 from adapters.base import Adapter
 from agent_core.approvals import ApprovalGate
 from agent_core.builtin_tools import default_tools
-from agent_core.llm import AnthropicLLM, FallbackLLM, LLMClient
+from agent_core.llm import FallbackLLM, LLMClient, LLMRequest, StreamItem
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolRunner
@@ -41,6 +43,33 @@ class Roost:
     memory: MemoryIndex
 
 
+class LazyAnthropic:
+    """The anthropic SDK client, imported in a worker thread: the import alone takes ~2 s,
+    so adapters connect (and the first getUpdates goes out) while it loads. The first run
+    waits for it if it is not ready yet."""
+
+    def __init__(self, **client_kwargs: Any) -> None:
+        def load() -> LLMClient:
+            from agent_core.anthropic_llm import AnthropicLLM
+
+            return AnthropicLLM(**client_kwargs)
+
+        self._client: asyncio.Task[LLMClient] = asyncio.create_task(asyncio.to_thread(load))
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
+        client = await asyncio.shield(self._client)
+        async for item in client.stream(request):
+            yield item
+
+    async def aclose(self) -> None:
+        try:
+            client = await self._client
+        except Exception:  # it never loaded; the runs that needed it already said why
+            log.warning("llm.load_failed", exc_info=True)
+            return
+        await client.aclose()  # type: ignore[attr-defined]
+
+
 @contextlib.asynccontextmanager
 async def build(
     settings: Settings,
@@ -63,13 +92,14 @@ async def build(
         await memory.sync()
 
         if llm is None:
-            client = AnthropicLLM(
-                api_key=settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key else None,
+            api_key = settings.anthropic_api_key
+            lazy = LazyAnthropic(
+                api_key=api_key.get_secret_value() if api_key else None,
                 base_url=settings.anthropic_base_url,
                 max_retries=settings.agent.max_retries,
             )
-            stack.push_async_callback(client.aclose)
-            llm = client
+            stack.push_async_callback(lazy.aclose)
+            llm = lazy
         if settings.agent.fallback_models:
             llm = FallbackLLM(llm, settings.agent.fallback_models)
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from agent_core.approvals import ApprovalGate
 from agent_core.events import Event
-from agent_core.llm import AnthropicLLM
+from agent_core.anthropic_llm import AnthropicLLM
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
 from agent_core.risk import Risk, Scope
 from agent_core.tool_runner import ToolRunner

@@ -45,4 +45,4 @@ def test_nothing_imports_bot_except_the_entry_point() -> None:
 def test_only_the_llm_module_imports_anthropic() -> None:
     users = [p.relative_to(ROOT).as_posix() for pkg in ("agent_core", "bot", "adapters", "workspace")
              for p in (ROOT / pkg).rglob("*.py") if "anthropic" in imported_roots(p)]
-    assert users == ["agent_core/llm.py"]
+    assert users == ["agent_core/anthropic_llm.py"]

@@ -271,7 +271,8 @@ async def test_internal_error_ends_the_run_visibly(core: CoreHarness) -> None:
 
 
 async def test_missing_api_key_is_a_clear_error(fake_api) -> None:
-    from agent_core.llm import AnthropicLLM, LLMAuthError, LLMRequest
+    from agent_core.anthropic_llm import AnthropicLLM
+    from agent_core.llm import LLMAuthError, LLMRequest
 
     llm = AnthropicLLM(api_key=None, base_url=fake_api.base_url)
     try:
