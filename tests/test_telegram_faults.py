@@ -54,7 +54,7 @@ async def test_not_modified_counts_as_delivered(tmp_path, tg: FakeTelegram, fake
 async def test_unparseable_entities_fall_back_to_plain_text(
     tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
-    fake_api.script(Reply(Text(SHORT)))
+    fake_api.script(Reply(Text(SHORT, chunk_size=1000)))  # one delta: the first send is the whole answer
     tg.fail_next(
         "sendMessage", status=400, chat_id=OWNER,
         description="Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 14",
