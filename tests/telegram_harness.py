@@ -139,11 +139,11 @@ async def running(
     **overrides: Any,
 ) -> AsyncIterator[Harness]:
     """Start like `roost run`: build, start the adapter, recover deliveries; close in the
-    CLI's order (adapter first, then the app). `paced=False` shortens the per-chat interval
+    CLI's order (adapter first, then the app). `paced=False` shortens the per-chat intervals
     to 50 ms, for tests about routing rather than pacing (a chat of 8 commands would
-    otherwise take 8 s)."""
+    otherwise take 8 s, 24 s in a group)."""
     settings = telegram_settings(tmp_path, tg, llm, **overrides)
-    kwargs = {} if paced else {"chat_interval_s": FAST_INTERVAL_S}
+    kwargs = {} if paced else {"private_interval_s": FAST_INTERVAL_S, "group_interval_s": FAST_INTERVAL_S}
     adapter = adapter_for(settings, **kwargs, **(adapter_kwargs or {}))
     async with build(settings, [adapter]) as app:
         await adapter.start(app.conversations)

@@ -9,7 +9,15 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Reply, Text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_state import Call
-from tests.telegram_harness import OWNER, Harness, rendered, running, tg  # noqa: F401  (fixture)
+from tests.telegram_harness import (  # noqa: F401  (tg is a fixture)
+    GROUP,
+    MEMBER,
+    OWNER,
+    Harness,
+    rendered,
+    running,
+    tg,
+)
 
 CHANGING = ("sendMessage", "editMessageText", "sendDocument", "editMessageReplyMarkup")
 
@@ -66,6 +74,21 @@ async def test_3000_char_answer_streams_one_message_paced_at_least_1s(
         assert first_visible < 0.5, first_visible
         typing = [c for c in tg.calls_of("sendChatAction") if c.params.get("chat_id") == OWNER]
         assert typing and typing[0].at < sends[0].at
+
+
+async def test_group_stream_is_paced_at_20_requests_a_minute(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    answer = prose(1500)
+    fake_api.script(Reply(Text(answer, chunk_size=20, delay_s=2.0 / 75)))  # 2 s of streaming
+    async with running(tmp_path, tg, fake_api) as h:
+        tg.send_group(GROUP, MEMBER, "a story for the group", mention=True, first_name="Bob")
+        await final_texts(h, GROUP, rendered(answer))
+        calls = stream_calls(tg, GROUP)
+        gaps = [b.at - a.at for a, b in zip(calls, calls[1:])]
+        assert calls[0].method == "sendMessage" and len(calls) >= 2
+        assert min(gaps) >= 3.0, gaps  # Telegram: 20 messages a minute per group
+        assert all(c.ok for c in calls)
 
 
 async def test_10000_char_answer_splits_with_the_code_fence_closed_and_reopened(

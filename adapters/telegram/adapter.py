@@ -10,8 +10,8 @@ started so far is closed. `aclose` stops intake, lets updates in progress finish
 drops queued sends, and closes the HTTP clients; it is idempotent.
 
 Outgoing traffic: one `Outbox` per adapter paces every chat (≥ 1.0 s between requests in a
-chat as Telegram sees them) and pauses on `retry_after`; PTB's `AIORateLimiter` (no retries)
-keeps the global limits. Long polling has its own HTTP pool so it never starves sends.
+private chat as Telegram sees them, 3 s in groups: 20 a minute) and pauses on
+`retry_after`; PTB's `AIORateLimiter` (no retries) keeps the global 30 requests/s. Long polling has its own HTTP pool so it never starves sends.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
 from adapters.telegram.pacing import through_outbox
 from adapters.telegram.reply import ReplyContext, TelegramReply, chat_ref, transport_for
-from adapters.telegram.transport import EDIT_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, TelegramTransport
+from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, TelegramTransport
 from adapters.telegram.updates import BotIdentity, describe, to_inbound
 from agent_core.inbound import ReplyTarget
 
@@ -49,6 +49,20 @@ DEFAULT_BASE_URL = "https://api.telegram.org/bot"
 ALLOWED_UPDATES = ("message", "callback_query")
 INTERRUPTED_NOTE = "\n\n… (interrupted: Roost restarted)"
 Mode = Literal["polling", "webhook"]
+
+
+class _RetryAfterHandledHere(logging.Filter):
+    """AIORateLimiter (with max_retries=0, as we use it) logs every RetryAfter at ERROR with
+    a traceback before re-raising it; our outbox handles exactly that error, so the record
+    is noise. Only that record is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Rate limit hit after maximum of 0 retries")
+
+
+_PTB_RATE_LIMITER_LOG = logging.getLogger("telegram.ext.AIORateLimiter")
+if not any(isinstance(f, _RetryAfterHandledHere) for f in _PTB_RATE_LIMITER_LOG.filters):
+    _PTB_RATE_LIMITER_LOG.addFilter(_RetryAfterHandledHere())
 
 
 class TelegramConfigError(ValueError):
@@ -88,7 +102,8 @@ class TelegramAdapter:
         rate_limit: bool = True,
         poll_timeout_s: float = 25.0,
         max_concurrent_updates: int = 64,
-        chat_interval_s: float = EDIT_INTERVAL_S,
+        private_interval_s: float = EDIT_INTERVAL_S,
+        group_interval_s: float = GROUP_INTERVAL_S,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -108,7 +123,7 @@ class TelegramAdapter:
         self._rate_limit = rate_limit
         self._poll_timeout_s = poll_timeout_s
         self._max_concurrent = max_concurrent_updates
-        self._interval_s = chat_interval_s
+        self._intervals = (private_interval_s, group_interval_s)
         self._clock, self._sleep = clock, sleep
         self._state: Literal["new", "running", "closed"] = "new"
         self._bot: ExtBot[Any] | None = None
@@ -157,7 +172,9 @@ class TelegramAdapter:
         self._outbox = Outbox(clock=self._clock, sleep=self._sleep)
         await self._outbox.start()
         cards = ApprovalCards(self._outbox, self._codec)
-        self._ctx = ReplyContext(bot, self._outbox, cards, handler, self._clock, self._sleep, self._interval_s)
+        self._ctx = ReplyContext(
+            bot, self._outbox, cards, handler, self._clock, self._sleep, *self._intervals
+        )
         self._callbacks = CallbackHandler(self._ctx, self._codec)
         self._dispatcher = ChatDispatcher(self._process, max_concurrent=self._max_concurrent)
         queue: asyncio.Queue[object] = asyncio.Queue()
@@ -288,7 +305,9 @@ class TelegramAdapter:
         if delivery.message_id is None:
             return
         thread = int(delivery.thread_id) if delivery.thread_id else None
-        transport = TelegramTransport(ctx.bot, chat_ref(delivery.chat_id), thread, interval_s=ctx.interval_s)
+        transport = TelegramTransport(
+            ctx.bot, chat_ref(delivery.chat_id), thread, interval_s=ctx.interval_for(delivery.chat_id)
+        )
         text = delivery.text.rstrip()
         text = text[: index_for_units(text, TELEGRAM_LIMIT_UNITS - utf16_len(INTERRUPTED_NOTE))]
         note = (text + INTERRUPTED_NOTE).strip()

@@ -131,7 +131,8 @@ class CallbackHandler:
         if not message.reply_markup.inline_keyboard:
             return
         thread = message.message_thread_id if message.is_topic_message else None
-        transport = TelegramTransport(self._bot, message.chat.id, thread, interval_s=self._ctx.interval_s)
+        interval = self._ctx.interval_for(str(message.chat.id))
+        transport = TelegramTransport(self._bot, message.chat.id, thread, interval_s=interval)
 
         async def edit() -> None:
             if payload is None:

@@ -42,9 +42,13 @@ class ReplyContext:
     handler: InboundHandler
     clock: Clock
     sleep: Sleep
-    interval_s: float
-    """Seconds between requests in one chat (`transport.EDIT_INTERVAL_S` unless a test
-    that is not about pacing shortens it)."""
+    private_interval_s: float
+    group_interval_s: float
+    """Seconds between requests in one chat (`transport.EDIT_INTERVAL_S` and
+    `GROUP_INTERVAL_S`, unless a test that is not about pacing shortens them)."""
+
+    def interval_for(self, chat_id: str) -> float:
+        return self.group_interval_s if is_group(chat_id) else self.private_interval_s
 
 
 def chat_ref(chat_id: str) -> int | str:
@@ -65,7 +69,9 @@ def transport_for(ctx: ReplyContext, target: ReplyTarget, *, quote: bool) -> Tel
         if quote and target.reply_to and target.reply_to.isdigit() and is_group(target.chat_id)
         else None
     )
-    return TelegramTransport(ctx.bot, chat_ref(target.chat_id), thread, reply_to, interval_s=ctx.interval_s)
+    return TelegramTransport(
+        ctx.bot, chat_ref(target.chat_id), thread, reply_to, interval_s=ctx.interval_for(target.chat_id)
+    )
 
 
 class DeliveryLog:

@@ -40,8 +40,12 @@ from adapters.render.utf16 import Unit
 
 TELEGRAM_LIMIT_UNITS = 4096
 EDIT_INTERVAL_S = 1.05
-"""Seconds between requests in one chat. Telegram's rule is 1.0 s; the extra 50 ms absorbs
-request latency jitter so Telegram itself never sees two requests closer than 1.0 s."""
+"""Seconds between requests in one private chat. Telegram's rule is 1.0 s; the extra 50 ms
+absorbs request latency jitter so Telegram itself never sees two requests closer than 1.0 s."""
+GROUP_INTERVAL_S = 3.05
+"""Seconds between requests in one group: Telegram allows a bot 20 messages a minute per
+group. Pacing at that rate ourselves keeps PTB's per-group limiter from ever sleeping
+inside a request, which would hold the shared outbox (one request in flight) for all chats."""
 
 Keyboard = Sequence[Sequence[tuple[str, str]]]
 """Rows of (label, callback_data) inline buttons; callback_data already ≤ 64 bytes."""

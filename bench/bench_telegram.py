@@ -1,0 +1,356 @@
+"""Telegram adapter figures over the wire: python-telegram-bot talking HTTP to the fake Bot API.
+
+Run: .venv/bin/python bench/bench_telegram.py [--pings 200] [--rounds 5]
+
+Prints:
+- start-up: `TelegramAdapter.start` → first getUpdates arriving at the fake (in process),
+  and a cold `roost run` process → first getUpdates;
+- update → first Bot API call from Roost (the fake's clock: update created → request
+  arrived; the first call is the typing indicator) and → the answer's sendMessage, p50 /
+  p99, for 1 chat at a time and for 100 concurrent chats, with the production
+  configuration (PTB's AIORateLimiter: 30 requests/s overall) and with it off:
+  * adapter alone: an in-process handler answers every message at once (receive → reply
+    with a canned run), so the figures are the adapter's cost;
+  * whole app: `bot.app.build` with a zero-latency in-process model (storage, routing,
+    lanes and the agent loop included);
+- one streamed 3,000-character answer (the real anthropic SDK against the fake Messages
+  API, 3 s of streaming): Bot API calls, first visible text, edit spacing; then the same
+  under three injected 429s with retry_after 2 s (PEERS.md's measure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from adapters.render.chunks import ChunkSpec, plan_chunks  # noqa: E402
+from adapters.telegram import TelegramAdapter  # noqa: E402
+from adapters.telegram.transport import GROUP_INTERVAL_S  # noqa: E402
+from adapters.base import Delivery  # noqa: E402
+from agent_core.approvals import Decision, ResolveOutcome, ResolveResult  # noqa: E402
+from agent_core.events import RunFinished, RunStarted, TextDelta, Usage  # noqa: E402
+from agent_core.inbound import Inbound, ReplyTarget  # noqa: E402
+from agent_core.llm import LLMRequest, MessageComplete, StreamItem, TextChunk  # noqa: E402
+from bot.app import Roost, build  # noqa: E402
+from bot.commands import COMMANDS, GROUP_COMMANDS  # noqa: E402
+from bot.settings import Settings  # noqa: E402
+from tests.fakes.anthropic_api import FakeAnthropic  # noqa: E402
+from tests.fakes.anthropic_script import Reply, Text  # noqa: E402
+from tests.fakes.telegram_api import FakeTelegram  # noqa: E402
+from tests.fakes.telegram_state import Call  # noqa: E402
+
+TOKEN = "123456:BENCH-token"
+OWNER = 1
+SPEC = ChunkSpec.create(4096, "utf16", False)
+ANSWER = "ok, noted."
+
+
+class InstantLLM:
+    """A model that answers at once: the figures are Roost's cost, not a model's."""
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
+        yield TextChunk(ANSWER)
+        yield MessageComplete([{"type": "text", "text": ANSWER}], "end_turn", Usage(10, 3), request.model)
+
+
+class InstantHandler:
+    """An `InboundHandler` that answers every message at once with a canned run, so only
+    the adapter (and PTB, and HTTP) is measured."""
+
+    def __init__(self) -> None:
+        self.adapter: TelegramAdapter | None = None
+        self._runs: set[asyncio.Task[None]] = set()
+        self._n = 0
+
+    async def receive(self, inbound: Inbound) -> bool:
+        task = asyncio.get_running_loop().create_task(self._answer(inbound))
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
+        return True
+
+    async def _answer(self, inbound: Inbound) -> None:
+        assert self.adapter is not None
+        self._n += 1
+        sink = self.adapter.open_reply(ReplyTarget.of(inbound))
+        try:
+            await sink.handle(RunStarted(f"run{self._n}", "bench"))
+            await sink.handle(TextDelta(ANSWER))
+            await sink.handle(RunFinished(f"run{self._n}", "end_turn", 1, Usage(), ANSWER))
+        finally:
+            await sink.aclose()
+
+    async def decide(self, approval_id: str, decision: Decision, identity: str) -> ResolveResult:
+        return ResolveResult(ResolveOutcome.UNKNOWN)
+
+    async def approve_pairing(self, platform: str, code: str, identity: str) -> str:
+        return "no"
+
+    async def record_delivery(self, delivery: Delivery) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*self._runs, return_exceptions=True)
+
+
+def settings_for(home: Path, tg: FakeTelegram, llm_url: str | None = None) -> Settings:
+    return Settings(
+        home=home,
+        owners=[f"telegram:{OWNER}"],
+        anthropic_api_key="bench-key",
+        anthropic_base_url=llm_url,
+        telegram_bot_token=TOKEN,
+        telegram={"base_url": tg.base_url, "allowed_groups": ["*"]},
+        agent={"model": "claude-bench", "max_retries": 0, "queue_mode": "followup", "max_concurrent_runs": 128},
+    )
+
+
+def adapter_for(tg: FakeTelegram, **kwargs: object) -> TelegramAdapter:
+    """Production defaults (PTB's default HTTP clients, TLS bundle loaded) unless overridden."""
+    return TelegramAdapter(TOKEN, base_url=tg.base_url, commands={**COMMANDS, **GROUP_COMMANDS}, **kwargs)  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def adapter_alone(tg: FakeTelegram, **adapter_kwargs: object) -> AsyncIterator[None]:
+    handler = InstantHandler()
+    adapter = adapter_for(tg, **adapter_kwargs)
+    handler.adapter = adapter
+    await adapter.start(handler)
+    try:
+        yield None
+    finally:
+        await handler.aclose()
+        await adapter.aclose()
+
+
+@contextlib.asynccontextmanager
+async def running(tg: FakeTelegram, *, llm_url: str | None = None, **adapter_kwargs: object) -> AsyncIterator[Roost]:
+    with tempfile.TemporaryDirectory() as tmp:
+        adapter = adapter_for(tg, **adapter_kwargs)
+        llm = None if llm_url else InstantLLM()
+        async with build(settings_for(Path(tmp), tg, llm_url), [adapter], llm=llm) as app:
+            await adapter.start(app.conversations)
+            try:
+                yield app
+                await app.conversations.lanes.drain()  # runs finish their bookkeeping first
+            finally:
+                await adapter.aclose()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def first_call_latencies(
+    calls: list[Call], sent: list[tuple[int, float]], method: str | None = None
+) -> list[float]:
+    """For each (chat, created_at): seconds until the first Bot API request (of `method`)
+    for that chat."""
+    by_chat: dict[int, list[float]] = {}
+    for call in calls:
+        chat = call.params.get("chat_id")
+        if isinstance(chat, int) and (method is None or call.method == method):
+            by_chat.setdefault(chat, []).append(call.at)
+    out = []
+    for chat, created in sent:
+        out.append(min(t for t in by_chat.get(chat, []) if t >= created) - created)
+    return out
+
+
+class Answered:
+    """Counts the bot's messages per chat; waiting predicates stay cheap (the fake evaluates
+    them under its lock on every change, so copying every call each time would slow the
+    very server being measured)."""
+
+    def __init__(self, tg: FakeTelegram) -> None:
+        self._tg = tg
+        self._expected: dict[int, int] = {}
+
+    def expect(self, chat: int) -> None:
+        self._expected[chat] = self._expected.get(chat, 0) + 1
+
+    async def wait(self, timeout: float) -> None:
+        pending = dict(self._expected)
+
+        def done() -> bool:
+            for chat, n in list(pending.items()):
+                if len(self._tg.bot_messages(chat)) >= n:
+                    del pending[chat]
+            return not pending
+
+        await self._tg.await_for(done, timeout)
+
+
+# -- start-up --------------------------------------------------------------------------
+
+
+async def startup_in_process(tg: FakeTelegram, runs: int = 5) -> list[float]:
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        async with build(settings_for(Path(tmp), tg), [], llm=InstantLLM()) as app:
+            for _ in range(runs):
+                adapter = adapter_for(tg)
+                started = time.monotonic()
+                await adapter.start(app.conversations)
+                await tg.await_for(lambda: tg.is_polling, timeout=10)
+                times.append(time.monotonic() - started)
+                await adapter.aclose()
+    return times
+
+
+async def startup_process(tg: FakeTelegram, llm: FakeAnthropic) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_"))}
+        env.update(ROOST_HOME=tmp, ROOST_OWNERS=f'["telegram:{OWNER}"]', TELEGRAM_BOT_TOKEN=TOKEN,
+                   ROOST_TELEGRAM__BASE_URL=tg.base_url, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=llm.base_url)
+        started = time.monotonic()
+        process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            await tg.await_for(lambda: tg.is_polling, timeout=30)
+            return time.monotonic() - started
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(10)
+
+
+# -- update → first Bot API call --------------------------------------------------------
+
+
+Latencies = tuple[list[float], list[float]]
+"""(→ first Bot API call, → the answer's sendMessage)"""
+
+
+async def one_at_a_time(tg: FakeTelegram, answered: Answered, pings: int, gap_s: float) -> Latencies:
+    """Sequential pings, each in one of 250 groups in turn, so a group's previous answer is
+    always more than the 1 s per-chat pace ago and only the path itself is measured."""
+    sent = []
+    for i in range(pings):
+        chat = -2_000_000 - (i % 250)
+        created = time.monotonic()
+        tg.send_group(chat, 7, f"ping {i}", mention=True)
+        sent.append((chat, created))
+        answered.expect(chat)
+        await answered.wait(30)
+        if gap_s:
+            await asyncio.sleep(gap_s)  # timing-ok: the offered load, not a wait for a result
+    calls = tg.calls
+    return first_call_latencies(calls, sent), first_call_latencies(calls, sent, "sendMessage")
+
+
+async def concurrent_chats(tg: FakeTelegram, answered: Answered, chats: int, rounds: int) -> Latencies:
+    sent = []
+    for r in range(rounds):
+        for c in range(chats):
+            chat = -3_000_000 - c
+            created = time.monotonic()
+            tg.send_group(chat, 7, f"round {r}", mention=True)
+            sent.append((chat, created))
+            answered.expect(chat)
+        await answered.wait(120)
+        await asyncio.sleep(GROUP_INTERVAL_S + 0.1)  # timing-ok: each group's pace window passes between rounds
+    calls = tg.calls
+    return first_call_latencies(calls, sent), first_call_latencies(calls, sent, "sendMessage")
+
+
+def report(label: str, latencies: Latencies) -> None:
+    first, answer = latencies
+    print(f"    {label:<34} first call p50 {statistics.median(first) * 1000:6.1f} / p99 {pct(first, 0.99) * 1000:6.1f} ms;"
+          f"  answer p50 {statistics.median(answer) * 1000:6.1f} / p99 {pct(answer, 0.99) * 1000:6.1f} ms"
+          f"  (n={len(first)})")
+
+
+# -- one streamed answer --------------------------------------------------------------
+
+
+def prose(chars: int) -> str:
+    words = "the agent **streams** answers by editing one message in place and never sends `twice`".split()
+    out, n = [], 0
+    while sum(len(p) + 2 for p in out) < chars:
+        out.append(f"{n}: " + " ".join(words[(n + k) % len(words)] for k in range(12)).capitalize() + ".")
+        n += 1
+    return "\n\n".join(out)[: chars - 1].rstrip() + "."
+
+
+async def streamed_answer(inject_429: bool) -> None:
+    answer = prose(3000)
+    with FakeTelegram(token=TOKEN) as tg, FakeAnthropic() as llm:
+        tg.add_chat(OWNER, type="private")
+        delay = 3.0 / 150
+        llm.script(Reply(Text(answer, chunk_size=20, delay_s=delay)))
+        if inject_429:
+            tg.fail_next("sendMessage", status=429, retry_after=2, chat_id=OWNER)
+            tg.fail_next("editMessageText", status=429, retry_after=2, count=2, chat_id=OWNER)
+        async with running(tg, llm_url=llm.base_url):
+            tg.send_private(OWNER, "a long story please")
+            expected = [p.text for p in plan_chunks(answer, SPEC)]
+            await tg.await_for(lambda: [m.text for m in tg.bot_messages(OWNER)] == expected, timeout=60)
+        calls = [c for c in tg.calls if c.params.get("chat_id") == OWNER
+                 and c.method in ("sendMessage", "editMessageText")]
+        ok = [c for c in calls if c.ok]
+        sends = [c for c in ok if c.method == "sendMessage"]
+        edits = [c for c in ok if c.method == "editMessageText"]
+        not_modified = [c for c in calls if "not modified" in (c.description or "")]
+        refused = [c for c in calls if c.status == 429]
+        gaps = [b.at - a.at for a, b in zip(calls, calls[1:])]
+        start = llm.requests[0].received_at
+        label = "under 3 × 429 (retry_after 2 s)" if inject_429 else "no faults"
+        print(f"  {label}:")
+        print(f"    Bot API calls for the stream: {len(sends)} send + {len(edits)} edits"
+              f" (+ {len(refused)} refused with 429), 'not modified': {len(not_modified)}")
+        print(f"    first visible text: {sends[0].at - (start + delay):.2f} s after the first 30 characters"
+              f" ({sends[0].at - start:.2f} s after the model started)")
+        print(f"    closest two requests in the chat: {min(gaps):.3f} s apart; final text exact: "
+              f"{[m.text for m in tg.bot_messages(OWNER)] == expected}, messages: {len(tg.bot_messages(OWNER))}")
+
+
+async def main(pings: int, rounds: int) -> None:
+    with FakeTelegram(token=TOKEN) as tg, FakeAnthropic() as llm:
+        in_process = await startup_in_process(tg)
+        cold = await startup_process(tg, llm)
+    print("start-up → first getUpdates")
+    print(f"  TelegramAdapter.start (in process):  median {statistics.median(in_process) * 1000:.0f} ms,"
+          f" max {max(in_process) * 1000:.0f} ms over {len(in_process)} starts")
+    print(f"  `roost run`, cold process:            {cold:.2f} s")
+
+    print("update created at the fake → first Bot API request (typing) / → the answer's sendMessage")
+    for who, context in (("adapter alone (instant handler)", adapter_alone), ("whole app (zero-latency model)", running)):
+        print(f"  {who}:")
+        for label, kwargs, gap in (("limiter on", {}, 0.1), ("limiter off", {"rate_limit": False}, 0.0)):
+            with FakeTelegram(token=TOKEN) as tg:
+                async with context(tg, **kwargs):
+                    answered = Answered(tg)
+                    await one_at_a_time(tg, answered, 20, gap)  # warm-up
+                    single = await one_at_a_time(tg, answered, pings, gap)
+                    hundred = await concurrent_chats(tg, answered, 100, rounds)
+            pace = f"1 every {gap * 1000:.0f} ms" if gap else "back to back"
+            report(f"{label}, 1 chat ({pace})", single)
+            report(f"{label}, 100 concurrent chats", hundred)
+    print(f"  resident memory after the runs: {psutil.Process().memory_info().rss / 2**20:.0f} MB")
+
+    print("one streamed 3,000-character answer (3 s of streaming, real anthropic SDK)")
+    await streamed_answer(inject_429=False)
+    await streamed_answer(inject_429=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pings", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    asyncio.run(main(args.pings, args.rounds))
