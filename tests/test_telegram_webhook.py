@@ -3,6 +3,9 @@ adapter's own server at the path of WEBHOOK_URL, and a wrong secret refused with
 
 from __future__ import annotations
 
+import pytest
+
+from adapters.telegram import TelegramAdapter, TelegramConfigError
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, free_port, running, tg  # noqa: F401  (fixture)
@@ -39,3 +42,17 @@ async def test_webhook_mode_answers_and_refuses_a_wrong_secret(
         assert [m.text for m in tg.bot_messages(OWNER)] == ["echo: hello over the webhook", "echo: and again"]
         assert not any("forged" in r.body.decode() or "wrong path" in r.body.decode() for r in fake_api.requests)
         assert not tg.calls_of("getUpdates")
+
+
+@pytest.mark.parametrize(
+    ("settings", "complaint"),
+    [
+        ({"webhook_url": None, "webhook_secret": SECRET}, "WEBHOOK_URL"),
+        ({"webhook_url": "https://example.com/hook", "webhook_secret": None}, "WEBHOOK_SECRET"),
+        ({"webhook_url": "https://example.com/hook", "webhook_secret": "has spaces"}, "WEBHOOK_SECRET"),
+        ({"webhook_url": "https://example.com/hook", "webhook_secret": SECRET, "webhook_listen": "8443"}, "host:port"),
+    ],
+)
+def test_webhook_mode_refuses_settings_that_cannot_work_safely(settings: dict, complaint: str) -> None:
+    with pytest.raises(TelegramConfigError, match=complaint):
+        TelegramAdapter("1:A", mode="webhook", **settings)

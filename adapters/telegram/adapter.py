@@ -5,7 +5,8 @@ Lifecycle: `start(handler)` calls getMe (the bot's username decides what counts 
 mention), registers the commands with setMyCommands (in the background: it must not delay
 the first poll), then long-polls — or, in webhook mode, registers `webhook_url` with
 setWebhook and serves its path on `webhook_listen`, checking the secret on every request
-(a wrong or missing secret gets 403 and nothing is processed). If start fails, everything
+(a wrong or missing secret gets 403 and nothing is processed; webhook mode refuses to
+start without a secret). If start fails, everything
 started so far is closed. `aclose` stops intake, lets updates in progress finish briefly,
 drops queued sends, and closes the HTTP clients; it is idempotent.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Literal
@@ -48,6 +50,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.telegram.org/bot"
 ALLOWED_UPDATES = ("message", "callback_query")
 INTERRUPTED_NOTE = "\n\n… (interrupted: Roost restarted)"
+_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 Mode = Literal["polling", "webhook"]
 
 
@@ -110,6 +113,13 @@ class TelegramAdapter:
         if mode == "webhook":
             if not webhook_url:
                 raise TelegramConfigError("webhook mode needs ROOST_TELEGRAM__WEBHOOK_URL")
+            # Without the secret anyone who finds the URL could post updates "from" the owner,
+            # button presses on approval cards included.
+            if not webhook_secret or not _SECRET.fullmatch(webhook_secret):
+                raise TelegramConfigError(
+                    "webhook mode needs ROOST_TELEGRAM__WEBHOOK_SECRET: 1-256 characters of "
+                    "A-Z, a-z, 0-9, _ and - (Telegram sends it with every update)"
+                )
             self._listen = parse_listen(webhook_listen)
         self._token = token
         self._base_url = base_url

@@ -4,8 +4,9 @@ typing, paced edits, splitting, entities), approval cards, and persisted deliver
 Contract, beyond `adapters.base.ReplySink`:
 - every message the renderer delivers is recorded through `InboundHandler.record_delivery`
   with the run id from `RunStarted` ("streaming", then "final" once the message shows its
-  final text). Records are written by one writer task per reply, newest state per message
-  first-come, so the database never blocks the shared outbox and never runs ahead of the chat;
+  final text). Records are written by one writer task per reply (a newer state of a message
+  replaces one not yet written), so the database never holds up the shared outbox, and a
+  record is only made after the chat shows it (it may lag the chat by one write, never lead);
 - a message that never reached its final text stays "streaming", so a restart marks it;
 - `aclose` leaves every card of this run decided: an approval whose resolution never
   reached the sink (the run was cancelled mid-wait) is shown as cancelled.
