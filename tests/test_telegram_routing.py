@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bot.commands import COMMANDS, GROUP_COMMANDS
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -139,6 +141,19 @@ async def test_group_not_allowed_is_ignored_until_the_owner_allows_it(
         assert len(tg.bot_messages(GROUP)) == 2 and not fake_api.requests  # "anyone home?" ignored
         tg.send_group(GROUP, MEMBER, "now?", mention=True, first_name="Bob")
         await h.says(GROUP, f"echo: [Bob] @{BOT_USERNAME} now?")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bot/app.py builds Conversations without bot_usernames, so parse_command takes "
+    "/allow@another_bot as addressed to Roost (bug reported)",
+)
+async def test_a_command_for_another_bot_is_not_obeyed(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
+    async with running(tmp_path, tg, fake_api, paced=False, telegram={"allowed_groups": []}) as h:
+        tg.send_group(GROUP, OWNER, "/allow@some_other_bot", first_name="Olivia")
+        tg.send_group(GROUP, OWNER, f"/disallow@{BOT_USERNAME}", first_name="Olivia")  # ours
+        await h.says(GROUP, "I won't answer in this group any more.")
+        assert [m.text for m in tg.bot_messages(GROUP)] == ["I won't answer in this group any more."]
 
 
 async def test_redelivered_update_is_answered_once(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
