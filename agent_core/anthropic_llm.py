@@ -117,7 +117,8 @@ def _finish_blocks(
         block = blocks[index]
         kind = block.get("type")
         if kind == "text":
-            if block.get("text"):
+            # The API rejects whitespace-only text blocks in later requests: never store one.
+            if block.get("text", "").strip():
                 content.append({"type": "text", "text": block["text"]})
         elif kind == "tool_use":
             raw = "".join(partial_json.get(index, []))
@@ -171,7 +172,10 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
                 "The model service rejected the API key (check ANTHROPIC_API_KEY)."
             )
         if status == 400:
-            return LLMBadRequest(f"The model service rejected the request: {_api_message(exc)}")
+            message = _api_message(exc)
+            if "prompt is too long" in message.lower():
+                return LLMBadRequest("This conversation is too long for the model; send /new to start fresh.")
+            return LLMBadRequest(f"The model service rejected the request: {message}")
         if status >= 500:
             return LLMUnavailable(f"The model service failed (HTTP {status}).")
         return LLMError(f"The model service answered HTTP {status}: {_api_message(exc)}")

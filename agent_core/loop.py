@@ -28,7 +28,7 @@ from agent_core.prompt import ContextParts, request_messages, system_blocks, too
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
 from agent_core.tools import Messenger, ToolContext, ToolRegistry
-from agent_core.transcript import repair
+from agent_core.transcript import repair, window
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,8 @@ class LoopConfig:
     max_corrections: int = 3
     loop_repeats: int = 3
     """The same tool with the same input this many times in one run ends the run."""
+    history_budget_chars: int = 400_000
+    """How much earlier conversation is sent (≈100k tokens); older turns are left out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,8 @@ class AgentLoop:
         await emit(RunStarted(run_id, request.session_key))
         state = _RunState()
         try:
-            messages = repair(await self._store.load_transcript(request.session_key))
+            history = repair(await self._store.load_transcript(request.session_key))
+            messages = window(history, self.config.history_budget_chars)
             await self._append(request, "user", request.content, messages)
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)

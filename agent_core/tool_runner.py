@@ -153,7 +153,7 @@ class ToolRunner:
             return error(cap_output(str(exc)))
         except Exception as exc:
             log.warning("tool.failed", extra={"tool": tool.name}, exc_info=True)
-            return error(f"{tool.name} failed: {type(exc).__name__}: {exc}")
+            return error(cap_output(f"{tool.name} failed: {type(exc).__name__}: {exc}"))
         return ToolOutcome(call.id, cap_output(output if isinstance(output, str) else str(output)), False)
 
 

@@ -7,6 +7,7 @@ API rejects.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 INTERRUPTED_RESULT = "No result: the run was interrupted before this tool finished."
@@ -56,7 +57,30 @@ def repair(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             ids = _tool_use_ids(out[-1])
             if ids and (following is None or following["role"] != "user"):
                 out.append({"role": "user", "content": [_interrupted(i) for i in ids]})
+    # Dropping orphan results can leave an assistant message first; the API wants a user.
+    while out and out[0]["role"] != "user":
+        out = repair(out[1:])
     return out
+
+
+def window(messages: list[dict[str, Any]], budget_chars: int) -> list[dict[str, Any]]:
+    """The newest messages that fit the budget, starting at a user message that is not a
+    tool result (so no tool_use loses its pair). Until compaction exists, this keeps a long
+    session working instead of failing every request with "prompt is too long"."""
+    total, start = 0, len(messages)
+    for index in range(len(messages) - 1, -1, -1):
+        total += len(json.dumps(messages[index]["content"], ensure_ascii=False))
+        if total > budget_chars:
+            break
+        start = index
+    while start < len(messages) and (
+        messages[start]["role"] != "user"
+        or any(b.get("type") == "tool_result" for b in messages[start]["content"])
+    ):
+        start += 1
+    if start >= len(messages) and messages:
+        return messages[-1:] if messages[-1]["role"] == "user" else []
+    return messages[start:]
 
 
 def pending_tool_use_ids(messages: list[dict[str, Any]]) -> list[str]:
@@ -68,14 +92,15 @@ def pending_tool_use_ids(messages: list[dict[str, Any]]) -> list[str]:
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
+        return [{"type": "text", "text": content}] if content.strip() else []
     if not isinstance(content, list):
         return []
     blocks = []
     for block in content:
         if not isinstance(block, dict):
             continue
-        if block.get("type") == "text" and not block.get("text"):
+        # Empty or whitespace-only text is rejected by the API (and would wedge the session).
+        if block.get("type") == "text" and not str(block.get("text") or "").strip():
             continue
         blocks.append(block)
     return blocks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 from agent_core.events import (
@@ -285,3 +286,29 @@ async def test_missing_api_key_is_a_clear_error(fake_api) -> None:
         assert fake_api.requests == []
     finally:
         await llm.aclose()
+
+
+async def test_whitespace_only_text_never_wedges_the_session(core: CoreHarness) -> None:
+    from tests.fakes.anthropic_script import Reply, Text
+
+    core.fake.script(Reply(Text("\n\n"), ToolUse("big", {"count": 1})), reply_text("done"))
+    assert finished(await core.run("go")).turns == 2
+    core.fake.script(reply_text("still fine"))
+    assert finished(await core.run("again")).text == "still fine"
+    assert all(r.status == 200 for r in core.fake.requests)
+
+
+async def test_long_history_is_windowed_not_rejected(fake_api, tmp_path) -> None:
+    harness = await make_harness(fake_api, tmp_path, config=LoopConfig(model="m", history_budget_chars=2_000))
+    try:
+        for i in range(10):
+            fake_api.script(reply_text(f"answer {i} " + "x" * 300))
+            finished(await harness.run(f"question {i} " + "y" * 300))
+        body = fake_api.requests[-1].json
+        sent = json.dumps(body["messages"])
+        assert "question 9" in sent and "question 0" not in sent
+        assert body["messages"][0]["role"] == "user"
+        assert fake_api.requests[-1].status == 200
+    finally:
+        await harness.llm.aclose()
+        await harness.storage.aclose()
