@@ -82,12 +82,6 @@ def _telegram(settings: Settings) -> Check:
     if settings.telegram_bot_token is None:
         return Check("telegram", "warn", "not configured", "TELEGRAM_BOT_TOKEN=<token from @BotFather>")
     tg = settings.telegram
-    if tg.mode == "webhook" and not tg.webhook_url:
-        return Check("telegram", "fail", "webhook mode without ROOST_TELEGRAM__WEBHOOK_URL",
-                     "set ROOST_TELEGRAM__WEBHOOK_URL (https://host/path) or use polling mode")
-    if tg.mode == "webhook" and tg.webhook_secret is None:
-        return Check("telegram", "warn", "webhook without a secret: anyone could post updates",
-                     "set ROOST_TELEGRAM__WEBHOOK_SECRET")
     groups = ", ".join(tg.allowed_groups) or "none (owner can /allow a group)"
     return Check("telegram", "ok", f"token set, {tg.mode} mode, groups: {groups}")
 

@@ -10,7 +10,16 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -54,6 +63,17 @@ class TelegramSettings(_Section):
     @classmethod
     def _ids_as_str(cls, value: Any) -> Any:
         return [str(v) for v in value] if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _webhook_complete(self) -> TelegramSettings:
+        # Without a secret anyone who reaches the port could post updates as the owner.
+        if self.mode == "webhook":
+            if not self.webhook_url:
+                raise ValueError("webhook mode needs ROOST_TELEGRAM__WEBHOOK_URL")
+            secret = self.webhook_secret.get_secret_value() if self.webhook_secret else ""
+            if len(secret) < 16:
+                raise ValueError("webhook mode needs ROOST_TELEGRAM__WEBHOOK_SECRET of at least 16 characters")
+        return self
 
 
 class DiscordSettings(_Section):

@@ -42,6 +42,9 @@ def test_invalid_config_is_one_clear_error_naming_the_key(tmp_path: Path) -> Non
     assert "ROOST_AGENT__MAX_TURNS" in result.stderr and "Traceback" not in result.stderr
     result = roost("doctor", env=env_for(tmp_path / "home", ROOST_OWNERS='["alice"]'))
     assert result.returncode == 2 and "ROOST_OWNERS" in result.stderr
+    result = roost("run", env=env_for(tmp_path / "home", TELEGRAM_BOT_TOKEN="1:x", ROOST_TELEGRAM__MODE="webhook",
+                                      ROOST_TELEGRAM__WEBHOOK_URL="https://example.org/hook"))
+    assert result.returncode == 2 and "ROOST_TELEGRAM__WEBHOOK_SECRET" in result.stderr
 
 
 def test_init_creates_workspace_and_database_and_doctor_reports(tmp_path: Path) -> None:
