@@ -8,6 +8,7 @@ answer streams are queued like any other message; Ctrl-C stops the running answe
 from __future__ import annotations
 
 import asyncio
+import io
 import sys
 import threading
 from typing import IO
@@ -39,7 +40,9 @@ class ConsoleAdapter:
     platform = "console"
 
     def __init__(self, stdin: IO[str] | None = None, stdout: IO[str] | None = None, user_name: str = "owner") -> None:
-        self._in = stdin or sys.stdin
+        # Bytes that are not UTF-8 become U+FFFD here, never lone surrogates that would make
+        # every later request of the shared main session fail to encode.
+        self._in = stdin or io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
         self._out = stdout or sys.stdout
         self._user_name = user_name
         self._handler: InboundHandler | None = None
@@ -49,19 +52,24 @@ class ConsoleAdapter:
         self._idle.set()
         self._counter = 0
         self._mid_line = False
+        self._eof = False
+        self._tasks: set[asyncio.Task[object]] = set()
 
     async def start(self, handler: InboundHandler) -> None:
         self._handler = handler
         loop = asyncio.get_running_loop()
 
         def read() -> None:
-            for line in iter(self._in.readline, ""):
-                loop.call_soon_threadsafe(self._lines.put_nowait, line.rstrip("\n"))
-            loop.call_soon_threadsafe(self._lines.put_nowait, None)
+            try:
+                for line in iter(self._in.readline, ""):
+                    loop.call_soon_threadsafe(self._lines.put_nowait, line.rstrip("\n"))
+            finally:  # end of input, or a read error: either way the session ends cleanly
+                loop.call_soon_threadsafe(self._lines.put_nowait, None)
 
         threading.Thread(target=read, name="console-stdin", daemon=True).start()
 
     async def aclose(self) -> None:
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._write("\n" if self._mid_line else "")
 
     async def repl(self) -> None:
@@ -69,7 +77,7 @@ class ConsoleAdapter:
         assert self._handler is not None, "start() first"
         self._write("Roost terminal chat — main session. /help for commands, Ctrl-D to quit.\n")
         self._prompt()
-        while (line := await self._lines.get()) is not None:
+        while (line := await self._next_line()) is not None:
             if self._pending_approvals:
                 await self._answer_approval(line)
                 continue
@@ -100,6 +108,7 @@ class ConsoleAdapter:
                     break
                 line = line_task.result()
                 if line is None:
+                    await self._deny_pending()
                     await idle
                     self._lines.put_nowait(None)
                     break
@@ -113,6 +122,20 @@ class ConsoleAdapter:
             idle.cancel()
         self._prompt()
 
+    async def _next_line(self) -> str | None:
+        line = await self._lines.get()
+        if line is None:
+            await self._deny_pending()
+        return line
+
+    async def _deny_pending(self) -> None:
+        """End of input: nobody is left to answer, so pending approvals are denied now
+        rather than after their expiry, and later ones are denied as they come."""
+        self._eof = True
+        pending, self._pending_approvals = self._pending_approvals, []
+        for request in pending:
+            await self._handler.decide(request.approval_id, Decision.DENY, IDENTITY)  # type: ignore[union-attr]
+
     async def _answer_approval(self, line: str) -> None:
         decision = ANSWERS.get(line.strip().lower())
         if decision is None:
@@ -125,6 +148,7 @@ class ConsoleAdapter:
             self._show_approval(self._pending_approvals[0])
 
     def open_reply(self, target: ReplyTarget) -> ConsoleReply:
+        self._idle.clear()  # a queued message's run starts: not idle until it closes
         return ConsoleReply(self)
 
     async def mark_interrupted(self, delivery: object) -> None:
@@ -155,6 +179,12 @@ class ConsoleAdapter:
         self._write(f"\n⚠ {request.tool_name} wants to run:\n{request.action}\n{APPROVAL_PROMPT}")
 
     def _approval_requested(self, request: ApprovalRequested) -> None:
+        if self._eof:
+            assert self._handler is not None
+            self._tasks.add(task := asyncio.create_task(
+                self._handler.decide(request.approval_id, Decision.DENY, IDENTITY)))
+            task.add_done_callback(self._tasks.discard)
+            return
         self._pending_approvals.append(request)
         if len(self._pending_approvals) == 1:
             self._show_approval(request)

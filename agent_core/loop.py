@@ -114,10 +114,8 @@ class AgentLoop:
         finally:
             if not task.done():
                 task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+                # wait() neither raises the body's CancelledError nor swallows our own.
+                await asyncio.wait({task})
 
     async def _run(self, request: RunRequest, emit: Callable[[Event], Any]) -> None:
         model = request.model or self.config.model

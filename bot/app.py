@@ -76,17 +76,22 @@ async def build(
     adapters: Sequence[Adapter] = (),
     *,
     llm: LLMClient | None = None,
+    recover: bool = True,
 ) -> AsyncIterator[Roost]:
-    """Build the whole application; adapters are started by the caller (see `serve`)."""
+    """Build the whole application; adapters are started by the caller (`bot.cli`).
+
+    `recover` runs start-up recovery (runs cut off by a restart, approvals nobody can answer
+    any more); only the serving process should do that, never a terminal beside it."""
     async with contextlib.AsyncExitStack() as stack:
         settings.home_dir.mkdir(parents=True, exist_ok=True)
         root = settings.workspace_dir
         ensure_workspace(root)
         storage = await Storage.open(settings.db_url)
         stack.push_async_callback(storage.aclose)
-        for run in await storage.mark_interrupted_runs():
-            log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
-        await storage.prune_seen_updates()
+        if recover:
+            for run in await storage.mark_interrupted_runs():
+                log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
+            await storage.prune_seen_updates()
 
         memory = MemoryIndex(storage.engine, root)
         await memory.sync()
@@ -107,8 +112,9 @@ async def build(
         gate = ApprovalGate(
             storage, approvers=[*settings.owners, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s
         )
-        for record in await gate.expire_orphans():
-            log.info("approval.expired_at_start", extra={"approval": record.id})
+        if recover:
+            for record in await gate.expire_orphans():
+                log.info("approval.expired_at_start", extra={"approval": record.id})
         runner = ToolRunner(registry, gate, storage, default_timeout_s=settings.agent.tool_timeout_s)
 
         def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202

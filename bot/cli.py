@@ -88,6 +88,8 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             for adapter in adapters:
                 await adapter.start(app.conversations)
                 running.push_async_callback(adapter.aclose)
+            # Closed first (LIFO): runs stop and queued senders are told while adapters are open.
+            running.push_async_callback(app.conversations.aclose)
             await app.conversations.recover_deliveries()
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
@@ -100,7 +102,8 @@ async def _chat(settings: Settings, args: argparse.Namespace) -> int:
     from bot.app import build
 
     console = ConsoleAdapter()
-    async with build(settings, [console]) as app:
+    # recover=False: a terminal opened beside `roost run` must not expire its live approvals.
+    async with build(settings, [console], recover=False) as app:
         loop = asyncio.get_running_loop()
 
         def interrupt() -> None:
@@ -120,6 +123,7 @@ async def _chat(settings: Settings, args: argparse.Namespace) -> int:
 async def _console_session(console, app) -> None:  # noqa: ANN001
     await console.start(app.conversations)
     await console.repl()
+    await app.conversations.lanes.drain()  # lines typed ahead are answered before leaving
 
 
 async def _init(settings: Settings, args: argparse.Namespace) -> int:

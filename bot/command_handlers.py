@@ -40,7 +40,10 @@ class CommandHandlers:
             return "I'm in the middle of an answer; /stop it first, then /new."
         await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
         await self._c.storage.new_epoch(route.session_key)
-        return "Started a fresh session: I won't see the earlier messages of this chat."
+        # "Always allow" was given for the conversation that just ended, not forever.
+        cleared = await self._c.storage.clear_grants(route.session_key)
+        note = f" {cleared} 'always allow' permission(s) were reset." if cleared else ""
+        return f"Started a fresh session: I won't see the earlier messages of this chat.{note}"
 
     async def _cmd_stop(self, command: Command, inbound: Inbound, route: Accept) -> str:
         if self._c.lanes.stop(route.session_key):
@@ -106,8 +109,8 @@ class CommandHandlers:
 
     async def group_admin(self, command: Command, inbound: Inbound) -> bool:
         """/allow and /disallow work in groups not yet allowed; only the owner may use them."""
-        if command.name not in ("allow", "disallow"):
-            return False
+        if command.name not in ("allow", "disallow") or not inbound.mentioned:
+            return False  # /allow@another_bot is not for us
         target = ReplyTarget.of(inbound)
         adapter = self._c.adapters.get(inbound.platform)
         if not self._c.router.is_owner(inbound):
@@ -115,6 +118,11 @@ class CommandHandlers:
         elif command.name == "allow":
             await self._c.storage.allow_group(inbound.platform, inbound.chat_id)
             reply = "I'll answer in this group when mentioned."
+        elif self._c.router.statically_allowed(inbound):
+            reply = (
+                "This group is allowed by the configuration (ROOST_TELEGRAM__ALLOWED_GROUPS); "
+                "remove it there to stop me answering."
+            )
         else:
             await self._c.storage.disallow_group(inbound.platform, inbound.chat_id)
             reply = "I won't answer in this group any more."

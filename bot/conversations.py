@@ -4,6 +4,7 @@ the reply sink of the platform it came from. Implements `adapters.base.InboundHa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
@@ -20,7 +21,7 @@ from agent_core.loop import AgentLoop, RunRequest
 from agent_core.risk import Scope
 from bot.commands import Command, parse_command
 from bot.command_handlers import CommandHandlers
-from bot.lanes import LaneFull, Lanes
+from bot.lanes import LaneFull, Lanes, LanesClosed
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
 from bot.storage import Storage
 from workspace.daily_log import append_run_entry
@@ -61,7 +62,6 @@ class Conversations:
         models: list[str],
         queue_mode: str = "collect",
         max_concurrent_runs: int = 16,
-        bot_usernames: Mapping[str, str] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.storage = storage
@@ -71,7 +71,6 @@ class Conversations:
         self.adapters = dict(adapters)
         self.workspace = workspace
         self.models = models
-        self.bot_usernames = dict(bot_usernames or {})
         self._now = now
         self.lanes: Lanes[Pending] = Lanes(
             self._run_batch, mode=queue_mode, max_concurrent=max_concurrent_runs  # type: ignore[arg-type]
@@ -85,7 +84,7 @@ class Conversations:
         ):
             log.info("inbound.duplicate", extra={"platform": inbound.platform, "update": inbound.update_id})
             return False
-        command = parse_command(inbound.text, self.bot_usernames.get(inbound.platform))
+        command = parse_command(inbound.text)
         if command and inbound.chat_kind == "group" and await self.commands.group_admin(command, inbound):
             return False
         route = await self.router.route(inbound)
@@ -153,6 +152,9 @@ class Conversations:
         await self.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
         try:
             waiting = self.lanes.submit(route.session_key, Pending(inbound, route))
+        except LanesClosed as exc:
+            await self._notify(inbound, f"{exc}; please send this again in a minute.")
+            return False
         except LaneFull as exc:
             await self._notify(inbound, f"I'm still busy and {exc}; please wait for my answer.")
             return False
@@ -177,10 +179,12 @@ class Conversations:
         outcome: RunFinished | RunFailed | None = None
         cancelled = False
         try:
-            async for event in self.agent.run(request):
-                await sink.handle(event)
-                if isinstance(event, (RunFinished, RunFailed)):
-                    outcome = event
+            # aclosing: the run is closed here, never left to the garbage collector.
+            async with contextlib.aclosing(self.agent.run(request)) as events:
+                async for event in events:
+                    await sink.handle(event)
+                    if isinstance(event, (RunFinished, RunFailed)):
+                        outcome = event
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -241,4 +245,9 @@ class Conversations:
             log.exception("notice.failed", extra={"platform": inbound.platform})
 
     async def aclose(self) -> None:
-        await self.lanes.aclose()
+        """Stop runs (their replies are closed as stopped) while adapters are still open, and
+        tell whoever is still waiting in a queue."""
+        for _, pending in await self.lanes.aclose():
+            await self._notify(
+                pending.inbound, "⚠️ I'm restarting and didn't get to this message; please send it again."
+            )

@@ -24,6 +24,10 @@ class LaneFull(Exception):
     pass
 
 
+class LanesClosed(LaneFull):
+    """Shutting down: nothing new is started."""
+
+
 @dataclass
 class _Lane(Generic[T]):
     queue: list[T] = field(default_factory=list)
@@ -51,7 +55,7 @@ class Lanes(Generic[T]):
         """Queue an item for the session; returns how many items wait before it runs
         (0 = it starts now)."""
         if self._closed:
-            raise RuntimeError("lanes are closed")
+            raise LanesClosed("I'm restarting right now")
         lane = self._lanes.setdefault(key, _Lane())
         if len(lane.queue) >= self._max_queued:
             raise LaneFull(f"{len(lane.queue)} messages are already waiting in this chat")
@@ -108,10 +112,16 @@ class Lanes(Generic[T]):
         while workers := [l.worker for l in self._lanes.values() if l.worker is not None]:
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> list[tuple[str, T]]:
+        """Cancel running runs; return the queued items no run will answer now, so the
+        caller can tell their senders instead of dropping them silently."""
         self._closed = True
+        unanswered = [(key, item) for key, lane in self._lanes.items() for item in lane.queue]
+        for lane in self._lanes.values():
+            lane.queue.clear()
         workers = [l.worker for l in self._lanes.values() if l.worker is not None]
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         self._lanes.clear()
+        return unanswered

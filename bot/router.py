@@ -76,9 +76,12 @@ class Router:
     def is_owner(self, inbound: Inbound) -> bool:
         return inbound.platform == "console" or inbound.identity in self.owners
 
-    async def group_allowed(self, inbound: Inbound) -> bool:
+    def statically_allowed(self, inbound: Inbound) -> bool:
         static = self._allowed_groups.get(inbound.platform, frozenset())
-        if "*" in static or inbound.chat_id in static:
+        return "*" in static or inbound.chat_id in static
+
+    async def group_allowed(self, inbound: Inbound) -> bool:
+        if self.statically_allowed(inbound):
             return True
         return await self._storage.is_group_allowed(inbound.platform, inbound.chat_id)
 

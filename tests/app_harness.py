@@ -17,13 +17,14 @@ OWNER_ID = "1"
 
 def make_settings(tmp_path: Path, fake: FakeAnthropic, **overrides: Any) -> Settings:
     agent = {"model": "claude-test", "max_retries": 0, **overrides.pop("agent", {})}
+    telegram = overrides.pop("telegram", {"allowed_groups": ["*"]})
     return Settings(
         home=tmp_path / "home",
         owners=[f"telegram:{OWNER_ID}"],
         anthropic_api_key="test-key",
         anthropic_base_url=fake.base_url,
         agent=agent,
-        telegram={"allowed_groups": ["*"]},
+        telegram=telegram,
         **overrides,
     )
 

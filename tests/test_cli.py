@@ -111,3 +111,35 @@ def test_terminal_chat_streams_and_asks_before_risky_actions(tmp_path: Path) -> 
             child.close(force=True)
         transcript = child.before or ""
         assert SECRET_KEY not in transcript
+
+
+def test_piped_lines_are_all_answered_and_eof_denies_pending_approvals(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with FakeAnthropic() as fake:
+        fake.script(
+            reply_text("first answer"),
+            reply_text("second answer"),
+            reply_tools(ToolUse("exec", {"command": "echo x > never.txt"})),
+            reply_text("ok, it was denied"),
+        )
+        result = subprocess.run(
+            [*ROOST, "chat"], env=env_for(home, fake, ROOST_AGENT__QUEUE_MODE="followup"),
+            input=b"q1\nq2\nrun it\n", capture_output=True, timeout=60,
+        )
+        out = result.stdout.decode()
+        assert result.returncode == 0, result.stderr.decode()
+        assert "first answer" in out and "second answer" in out and "ok, it was denied" in out
+        assert not (home / "workspace" / "never.txt").exists()
+        assert len(fake.requests) == 4
+
+
+def test_invalid_utf8_on_stdin_does_not_break_the_session(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with FakeAnthropic() as fake:
+        result = subprocess.run(
+            [*ROOST, "chat"], env={**env_for(home, fake), "LC_ALL": "C.UTF-8"}, input=b"caf\xe9\nnext\n",
+            capture_output=True, timeout=60,
+        )
+        assert result.returncode == 0, result.stderr.decode()
+        assert [r.status for r in fake.requests] == [200, 200]
+        assert "caf\ufffd" in fake.requests[0].json["messages"][-1]["content"][-1]["text"]

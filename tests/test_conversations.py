@@ -202,3 +202,37 @@ async def test_each_run_leaves_an_entry_in_the_sessions_own_log(tmp_path, fake_a
 def last_text(body: dict) -> str:
     blocks = body["messages"][-1]["content"]
     return [b["text"] for b in blocks if b.get("type") == "text"][-1]
+
+
+async def test_new_resets_always_allow_grants(tmp_path, fake_api) -> None:
+    async with running_app(tmp_path, fake_api) as (app, adapter):
+        await app.storage.add_grant("main", "exec")
+        await adapter.say(private(OWNER_ID, "/new"))
+        assert "1 'always allow' permission(s) were reset" in adapter.notices[-1][1]
+        assert await app.storage.grants("main") == set()
+
+
+async def test_shutdown_tells_queued_senders_instead_of_dropping_them(tmp_path, fake_api) -> None:
+    fake_api.script(reply_tools(ToolUse("exec", {"command": "sleep 30"})))
+    async with running_app(tmp_path, fake_api) as (app, adapter):
+        await adapter.say(private(OWNER_ID, "long job"))
+        await adapter.wait_for(lambda: any(e.type == "approval_requested" for r in adapter.replies for e in r.events))
+        await adapter.say(private(OWNER_ID, "and this too"))
+        await app.conversations.aclose()
+        assert adapter.replies[0].cancelled
+        assert any("didn't get to this message" in text for _, text in adapter.notices)
+        await adapter.say(private(OWNER_ID, "after close"))
+        assert "restarting" in adapter.notices[-1][1]
+
+
+async def test_group_admin_commands_for_another_bot_are_ignored(tmp_path, fake_api) -> None:
+    async with running_app(tmp_path, fake_api, telegram={"allowed_groups": []}) as (app, adapter):
+        await adapter.say(group("-55", OWNER_ID, "/allow@other_bot", mentioned=False))
+        assert not await app.storage.is_group_allowed("telegram", "-55")
+        await adapter.say(group("-55", OWNER_ID, "/allow"))
+        assert await app.storage.is_group_allowed("telegram", "-55")
+        await adapter.say(group("-55", "42", "/disallow"))
+        assert "Only my owner" in adapter.notices[-1][1]
+    async with running_app(tmp_path / "b", fake_api) as (app, adapter):
+        await adapter.say(group("-56", OWNER_ID, "/disallow"))
+        assert "allowed by the configuration" in adapter.notices[-1][1]

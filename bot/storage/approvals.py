@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 from agent_core.ports import ApprovalRecord, ApprovalState
 from bot.storage.base import RepositoryBase, rowcount
@@ -132,3 +132,13 @@ class ApprovalRepository(RepositoryBase):
                 select(GrantModel.tool_name).where(GrantModel.session_key == session_key)
             )
             return set(rows)
+
+    async def clear_grants(self, session_key: str) -> int:
+        """Forget every 'always allow' of the session (on /new); returns how many."""
+        async with self._tx() as s:
+            result = await s.execute(
+                delete(GrantModel)
+                .where(GrantModel.session_key == session_key)
+                .execution_options(synchronize_session=False)
+            )
+            return rowcount(result)
