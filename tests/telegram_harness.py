@@ -139,7 +139,7 @@ async def running(
     **overrides: Any,
 ) -> AsyncIterator[Harness]:
     """Start like `roost run`: build, start the adapter, recover deliveries; close in the
-    CLI's order (adapter first, then the app). `paced=False` shortens the per-chat intervals
+    CLI's order (runs stopped while the adapter is still open, then the adapter). `paced=False` shortens the per-chat intervals
     to 50 ms, for tests about routing rather than pacing (a chat of 8 commands would
     otherwise take 8 s, 24 s in a group)."""
     settings = telegram_settings(tmp_path, tg, llm, **overrides)
@@ -151,4 +151,7 @@ async def running(
             await app.conversations.recover_deliveries()
             yield Harness(app, adapter, tg, llm)
         finally:
-            await adapter.aclose()
+            try:
+                await app.conversations.aclose()
+            finally:
+                await adapter.aclose()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from bot.commands import COMMANDS, GROUP_COMMANDS
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -143,11 +141,6 @@ async def test_group_not_allowed_is_ignored_until_the_owner_allows_it(
         await h.says(GROUP, f"echo: [Bob] @{BOT_USERNAME} now?")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bot/app.py builds Conversations without bot_usernames, so parse_command takes "
-    "/allow@another_bot as addressed to Roost (bug reported)",
-)
 async def test_a_command_for_another_bot_is_not_obeyed(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
     async with running(tmp_path, tg, fake_api, paced=False, telegram={"allowed_groups": []}) as h:
         tg.send_group(GROUP, OWNER, "/allow@some_other_bot", first_name="Olivia")

@@ -10,7 +10,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, free_port, running, tg  # noqa: F401  (fixture)
 
-SECRET = "s3cret-Token_42"
+SECRET = "s3cret-Token_42-long-enough"
 
 
 def forged_update(text: str) -> dict:
