@@ -182,3 +182,18 @@ async def test_a_long_command_is_attached_as_a_file_never_truncated(
         await press(h, card, "✅ Approve once")
         await h.bot_text(OWNER, lambda t: t == "long one done")
         assert (h.workspace / "long.txt").read_text() == payload
+
+
+async def test_stop_while_waiting_cancels_the_card_and_removes_its_buttons(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(reply_tools(ToolUse("exec", {"command": "echo never >> marker.txt"})))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "run something")
+        (card,) = await cards(h)
+        tg.send_private(OWNER, "/stop")
+        cancelled = await h.bot_text(OWNER, lambda t: t.endswith("⏹ Cancelled — the run was stopped."))
+        assert cancelled.message_id == card.message_id and cancelled.reply_markup is None
+        answer = await press(h, card, "", data=buttons(card)["✅ Approve once"], require_button=False)
+        assert answer.get("show_alert") and "Cancelled" in answer.get("text", "")
+        assert not (h.workspace / "marker.txt").exists()
