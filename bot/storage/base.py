@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -37,6 +40,10 @@ class RepositoryBase:
         # expire_on_commit=False: rows are turned into records after commit, never reloaded.
         self._sessionmaker = async_sessionmaker(engine, expire_on_commit=False)
         self._closed = False
+        # SQLite has one writer, and every transaction here begins IMMEDIATE. Queueing them
+        # on an asyncio lock costs nothing; letting them contend inside SQLite means its busy
+        # handler sleeping 1–100 ms per retry and, under load, "database is locked".
+        self._serial: asyncio.Lock | None = asyncio.Lock() if self._dialect == "sqlite" else None
 
     @property
     def engine(self) -> AsyncEngine:
@@ -48,7 +55,7 @@ class RepositoryBase:
         if self._closed:
             raise StorageClosed("storage is closed")
         try:
-            async with self._sessionmaker() as session, session.begin():
+            async with self._serial or contextlib.nullcontext(), self._sessionmaker() as session, session.begin():
                 yield session
         except StatementError as exc:
             # A value our types refused (e.g. a naive datetime) is the caller's error: surface
