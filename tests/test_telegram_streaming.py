@@ -130,12 +130,6 @@ async def test_emoji_are_counted_in_utf16_units(tmp_path, tg: FakeTelegram, fake
         assert all(utf16_len(m.text or "") <= 4096 for m in tg.bot_messages(OWNER))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adapters/render emits a payload whose text starts with whitespace when a message "
-    "opens with an indented code line; Telegram trims it, so the first line loses its "
-    "indentation (bug reported for adapters/render/chunks.py::render_source)",
-)
 async def test_code_block_opening_a_message_keeps_its_indentation(
     tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:

@@ -53,7 +53,18 @@ def render_source(source: str, spec: ChunkSpec) -> Payload:
     """The payload showing one chunk's Markdown `source` on this platform."""
     if spec.renders_markdown:
         return Payload(close_dangling_fence(source.rstrip()).strip())
-    return render_markdown(source)
+    return keep_leading_indent(render_markdown(source))
+
+
+def keep_leading_indent(payload: Payload) -> Payload:
+    """Telegram trims leading spaces of a message, which would unindent a code block that
+    opens it. U+00A0 has the same UTF-16 length (entities stay valid) and is not trimmed."""
+    text = payload.text
+    stripped = text.lstrip(" ")
+    if len(stripped) == len(text):
+        return payload
+    indent = len(text) - len(stripped)
+    return Payload("\u00a0" * indent + stripped, payload.entities)
 
 
 def _hard_plain(source: str, spec: ChunkSpec) -> Payload:
