@@ -41,27 +41,41 @@ class Roost:
     agent: AgentLoop
     gate: ApprovalGate
     memory: MemoryIndex
+    lazy_llm: LazyAnthropic | None = None
+
+    def load_model_client(self) -> None:
+        """Start loading the SDK in the background (call once adapters are connected)."""
+        if self.lazy_llm is not None:
+            self.lazy_llm.load()
 
 
 class LazyAnthropic:
-    """The anthropic SDK client, imported in a worker thread: the import alone takes ~2 s,
-    so adapters connect (and the first getUpdates goes out) while it loads. The first run
-    waits for it if it is not ready yet."""
+    """The anthropic SDK client, imported in a worker thread: the import alone takes ~2 s and
+    holds the GIL, so it starts once the adapters are connected (`load`), or at the first
+    run that needs it, whichever comes first."""
 
     def __init__(self, **client_kwargs: Any) -> None:
-        def load() -> LLMClient:
-            from agent_core.anthropic_llm import AnthropicLLM
+        self._kwargs = client_kwargs
+        self._client: asyncio.Task[LLMClient] | None = None
 
-            return AnthropicLLM(**client_kwargs)
+    def load(self) -> asyncio.Task[LLMClient]:
+        if self._client is None:
+            def load() -> LLMClient:
+                from agent_core.anthropic_llm import AnthropicLLM
 
-        self._client: asyncio.Task[LLMClient] = asyncio.create_task(asyncio.to_thread(load))
+                return AnthropicLLM(**self._kwargs)
+
+            self._client = asyncio.create_task(asyncio.to_thread(load), name="load-anthropic")
+        return self._client
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
-        client = await asyncio.shield(self._client)
+        client = await asyncio.shield(self.load())
         async for item in client.stream(request):
             yield item
 
     async def aclose(self) -> None:
+        if self._client is None:
+            return
         try:
             client = await self._client
         except Exception:  # it never loaded; the runs that needed it already said why
@@ -96,6 +110,7 @@ async def build(
         memory = MemoryIndex(storage.engine, root)
         await memory.sync()
 
+        lazy: LazyAnthropic | None = None
         if llm is None:
             api_key = settings.anthropic_api_key
             lazy = LazyAnthropic(
@@ -163,4 +178,4 @@ async def build(
             max_concurrent_runs=settings.agent.max_concurrent_runs,
         )
         stack.push_async_callback(conversations.aclose)
-        yield Roost(settings, storage, conversations, agent, gate, memory)
+        yield Roost(settings, storage, conversations, agent, gate, memory, lazy)

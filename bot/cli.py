@@ -90,6 +90,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 running.push_async_callback(adapter.aclose)
             # Closed first (LIFO): runs stop and queued senders are told while adapters are open.
             running.push_async_callback(app.conversations.aclose)
+            app.load_model_client()
             await app.conversations.recover_deliveries()
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
@@ -104,6 +105,7 @@ async def _chat(settings: Settings, args: argparse.Namespace) -> int:
     console = ConsoleAdapter()
     # recover=False: a terminal opened beside `roost run` must not expire its live approvals.
     async with build(settings, [console], recover=False) as app:
+        app.load_model_client()
         loop = asyncio.get_running_loop()
 
         def interrupt() -> None:

@@ -170,3 +170,9 @@ async def test_alembic_cli_reports_head(db_url: str) -> None:
 async def test_open_without_migrate_leaves_database_empty(db_url: str) -> None:
     async with await Storage.open(db_url, migrate=False) as s:
         assert await current_revision(s.engine) is None
+
+
+def test_schema_head_constant_matches_the_migrations() -> None:
+    from bot.storage.migrate import SCHEMA_HEAD, head_revision
+
+    assert SCHEMA_HEAD == head_revision(), "bump SCHEMA_HEAD in bot/storage/migrate.py with each new migration"
