@@ -1,27 +1,38 @@
-"""Which platform adapters the settings enable."""
+"""Which platform adapters the settings enable, and how each is built from them."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from adapters.base import Adapter
 from bot.commands import COMMANDS, GROUP_COMMANDS
 from bot.settings import Settings
 
+if TYPE_CHECKING:
+    from adapters.telegram import TelegramAdapter
+
 
 def configured_adapters(settings: Settings) -> list[Adapter]:
     adapters: list[Adapter] = []
     if settings.telegram_bot_token is not None:
-        from adapters.telegram import TelegramAdapter  # imported only when used: PTB is heavy
-
-        tg = settings.telegram
-        adapters.append(
-            TelegramAdapter(
-                settings.telegram_bot_token.get_secret_value(),
-                base_url=tg.base_url,
-                mode=tg.mode,
-                webhook_url=tg.webhook_url,
-                webhook_listen=tg.webhook_listen,
-                webhook_secret=tg.webhook_secret.get_secret_value() if tg.webhook_secret else None,
-                commands={**COMMANDS, **GROUP_COMMANDS},
-            )
-        )
+        adapters.append(telegram_adapter(settings))
     return adapters
+
+
+def telegram_adapter(settings: Settings, **extra: Any) -> TelegramAdapter:
+    """The Telegram adapter for these settings; `extra` are its optional keyword arguments
+    (tests pass plain-HTTP request objects and pacing)."""
+    from adapters.telegram import TelegramAdapter  # imported only when used: PTB is heavy
+
+    tg = settings.telegram
+    assert settings.telegram_bot_token is not None, "TELEGRAM_BOT_TOKEN is not set"
+    return TelegramAdapter(
+        settings.telegram_bot_token.get_secret_value(),
+        base_url=tg.base_url,
+        mode=tg.mode,
+        webhook_url=tg.webhook_url,
+        webhook_listen=tg.webhook_listen,
+        webhook_secret=tg.webhook_secret.get_secret_value() if tg.webhook_secret else None,
+        commands={**COMMANDS, **GROUP_COMMANDS},
+        **extra,
+    )

@@ -18,7 +18,7 @@ from telegram.request import HTTPXRequest
 from adapters.render.chunks import ChunkSpec, plan_chunks
 from adapters.telegram import TelegramAdapter
 from bot.app import Roost, build
-from bot.commands import COMMANDS, GROUP_COMMANDS
+from bot.platforms import telegram_adapter
 from bot.settings import Settings
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
@@ -75,20 +75,7 @@ def telegram_settings(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, **ov
 
 def adapter_for(settings: Settings, **kwargs: Any) -> TelegramAdapter:
     """Built like `bot.platforms.configured_adapters`, plus plain-HTTP request objects."""
-    tg = settings.telegram
-    assert settings.telegram_bot_token is not None
-    return TelegramAdapter(
-        settings.telegram_bot_token.get_secret_value(),
-        base_url=tg.base_url,
-        mode=tg.mode,
-        webhook_url=tg.webhook_url,
-        webhook_listen=tg.webhook_listen,
-        webhook_secret=tg.webhook_secret.get_secret_value() if tg.webhook_secret else None,
-        commands={**COMMANDS, **GROUP_COMMANDS},
-        request=plain_http(),
-        get_updates_request=plain_http(1),
-        **kwargs,
-    )
+    return telegram_adapter(settings, request=plain_http(), get_updates_request=plain_http(1), **kwargs)
 
 
 @dataclass
