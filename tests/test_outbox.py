@@ -157,3 +157,177 @@ async def test_two_replies_in_one_chat_share_the_pace(clock: FakeClock) -> None:
     times = [c.at for c in transport.calls if c.kind in ("send", "edit")]
     assert all(b - a >= 1.0 - 1e-9 for a, b in zip(times, times[1:])), times
     assert len(transport.texts()) == 2 and transport.not_modified == 0
+
+
+# -- concurrency across chats ------------------------------------------------------------
+
+
+class Gated:
+    """Actions that stay in flight until the test releases them (a slow platform), counting
+    requests in flight per chat and overall."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.started: list[tuple[float, str]] = []
+        self.cancelled: list[str] = []
+        self.in_flight: dict[str, int] = {}
+        self.max_per_chat = 0
+        self.max_total = 0
+        self._started: dict[str, asyncio.Event] = {}
+        self._release: dict[str, asyncio.Event] = {}
+
+    @staticmethod
+    def _event(events: dict[str, asyncio.Event], label: str) -> asyncio.Event:
+        return events.setdefault(label, asyncio.Event())
+
+    def action(self, chat: str, label: str, fail: list[Exception] | None = None):
+        async def run() -> bool:
+            self.in_flight[chat] = self.in_flight.get(chat, 0) + 1
+            self.max_per_chat = max(self.max_per_chat, self.in_flight[chat])
+            self.max_total = max(self.max_total, sum(self.in_flight.values()))
+            self.started.append((self.clock(), label))
+            self._event(self._started, label).set()
+            try:
+                await self._event(self._release, label).wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(label)
+                raise
+            finally:
+                self.in_flight[chat] -= 1
+            if fail:
+                raise fail.pop(0)
+            return True
+
+        return run
+
+    async def wait_started(self, *labels: str) -> None:
+        for label in labels:
+            await asyncio.wait_for(self._event(self._started, label).wait(), timeout=2.0)
+
+    def release(self, *labels: str) -> None:
+        for label in labels:
+            self._event(self._release, label).set()
+
+    def labels(self) -> list[str]:
+        return [label for _, label in self.started]
+
+
+async def test_different_chats_have_requests_in_flight_at_once(clock: FakeClock) -> None:
+    gate = Gated(clock)
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        ob.submit("a", "ma", gate.action("a", "a1"), interval=0)
+        ob.submit("b", "mb", gate.action("b", "b1"), interval=0)
+        await gate.wait_started("a1", "b1")  # neither released: both are on the wire
+        assert gate.max_total == 2 and not ob.paused
+        gate.release("a1", "b1")
+        await clock.run(ob.drain())
+    assert gate.max_per_chat == 1
+
+
+async def test_workers_bound_the_requests_in_flight(clock: FakeClock) -> None:
+    gate = Gated(clock)
+    async with Outbox(clock=clock, sleep=clock.sleep, workers=2) as ob:
+        for chat in "abc":
+            ob.submit(chat, chat, gate.action(chat, chat), interval=0)
+        await gate.wait_started("a", "b")
+        await clock.settle()
+        assert gate.labels() == ["a", "b"]  # c waits for a free worker
+        gate.release("a")
+        await gate.wait_started("c")
+        gate.release("b", "c")
+        await clock.run(ob.drain())
+    assert gate.max_total == 2
+
+
+async def test_one_chat_never_has_two_requests_in_flight(clock: FakeClock) -> None:
+    gate = Gated(clock)
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        ob.submit("a", "m1", gate.action("a", "a1"), interval=0)
+        ob.submit("b", "mb", gate.action("b", "b1"), interval=0)
+        await gate.wait_started("a1", "b1")
+        # While a1 is on the wire, chat a gets an edit (three times: they coalesce), an
+        # edit of the in-flight message and a send; b's request finishes meanwhile.
+        for v in range(3):
+            ob.submit("a", "m2", gate.action("a", f"edit{v}"), priority=Priority.EDIT, interval=0)
+        ob.submit("a", "m1", gate.action("a", "a1-again"), priority=Priority.EDIT, interval=0)
+        ob.submit("a", "m3", gate.action("a", "send"), priority=Priority.SEND, interval=0)
+        gate.release("b1")
+        await clock.settle()
+        assert gate.labels() == ["a1", "b1"]  # free workers, but chat a is busy
+        gate.release("a1", "send", "edit2", "a1-again")
+        await clock.run(ob.drain())
+    assert gate.labels() == ["a1", "b1", "send", "edit2", "a1-again"]
+    assert gate.max_per_chat == 1
+
+
+async def test_429_in_one_chat_pauses_the_other_chat_too(clock: FakeClock) -> None:
+    gate = Gated(clock)
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        ob.submit("a", "ma", gate.action("a", "a1", fail=[RateLimited(3.0)]), interval=0)
+        ob.submit("b", "mb", gate.action("b", "b1"), interval=0)
+        await gate.wait_started("a1", "b1")
+        ob.submit("a", "ma", gate.action("a", "a1-newer"), interval=0)  # newer state for ma
+        gate.release("a1")
+        await clock.settle()
+        assert ob.paused and ob.paused_until == 3.0
+        ob.submit("b", "mb2", gate.action("b", "b2"), interval=0)
+        gate.release("b1", "b2", "a1-newer")  # b1 was already on the wire: it finishes
+        await clock.advance(2.9)
+        assert gate.labels() == ["a1", "b1"]  # b2 waits out a's 429 as well
+        await clock.run(ob.drain())
+    assert gate.started[2:] == [(3.0, "a1-newer"), (3.0, "b2")]  # the retry carries the newest
+
+
+async def test_pacing_is_per_chat_while_chats_overlap(clock: FakeClock) -> None:
+    starts: dict[str, list[float]] = {"a": [], "b": []}
+    in_flight: set[str] = set()
+    overlapped: list[float] = []
+
+    def action(chat: str):
+        async def run() -> bool:
+            starts[chat].append(clock())
+            in_flight.add(chat)
+            if len(in_flight) > 1:
+                overlapped.append(clock())
+            await clock.sleep(0.5)  # the platform takes half a second
+            in_flight.discard(chat)
+            return True
+
+        return run
+
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        for i in range(3):
+            ob.submit("a", ("a", i), action("a"), interval=1.0)
+            ob.submit("b", ("b", i), action("b"), interval=2.0)
+        await clock.run(ob.drain())
+    assert starts == {"a": [0.0, 1.0, 2.0], "b": [0.0, 2.0, 4.0]}
+    assert overlapped == [0.0, 2.0]
+
+
+async def test_aclose_with_requests_in_flight_leaves_no_task_behind(clock: FakeClock) -> None:
+    gate = Gated(clock)
+    dropped: list[str] = []
+    before = asyncio.all_tasks()
+    ob = Outbox(clock=clock, sleep=clock.sleep)
+    for chat in "abc":
+        ob.submit(chat, chat, gate.action(chat, chat), on_drop=lambda c=chat: dropped.append(c))
+    ob.submit("a", "a-next", gate.action("a", "a-next"), on_drop=lambda: dropped.append("a-next"))
+    await gate.wait_started("a", "b", "c")
+    await ob.aclose()
+    assert sorted(gate.cancelled) == ["a", "b", "c"]
+    assert sorted(dropped) == ["a", "a-next", "b", "c"]
+    assert asyncio.all_tasks() == before
+    await asyncio.wait_for(ob.drain(), timeout=2.0)
+
+
+async def test_aclose_right_after_dispatch_drops_ops_that_never_started(clock: FakeClock) -> None:
+    gate = Gated(clock)
+    dropped: list[str] = []
+    before = asyncio.all_tasks()
+    ob = Outbox(clock=clock, sleep=clock.sleep)
+    for chat in "ab":
+        ob.submit(chat, chat, gate.action(chat, chat), on_drop=lambda c=chat: dropped.append(c))
+    await asyncio.sleep(0)  # the dispatcher hands both ops to tasks that have not run yet
+    await ob.aclose()
+    assert gate.started == [] and sorted(dropped) == ["a", "b"]
+    assert asyncio.all_tasks() == before
