@@ -45,7 +45,7 @@ absorbs request latency jitter so Telegram itself never sees two requests closer
 GROUP_INTERVAL_S = 3.05
 """Seconds between requests in one group: Telegram allows a bot 20 messages a minute per
 group. Pacing at that rate ourselves keeps PTB's per-group limiter from ever sleeping
-inside a request, which would hold the shared outbox (one request in flight) for all chats."""
+inside a request, which would tie up one of the outbox's few workers for seconds."""
 
 Keyboard = Sequence[Sequence[tuple[str, str]]]
 """Rows of (label, callback_data) inline buttons; callback_data already ≤ 64 bytes."""
