@@ -9,7 +9,7 @@ from adapters.base import Button
 from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.risk import Scope
 from agent_core.transcript import repair
-from bot.commands import COMMANDS, HELP, Command, estimate_cost
+from bot.commands import HELP, Command, estimate_cost
 from bot.router import Accept
 
 if TYPE_CHECKING:

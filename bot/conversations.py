@@ -19,7 +19,7 @@ from agent_core.events import RunFailed, RunFinished
 from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.loop import AgentLoop, RunRequest
 from agent_core.risk import Scope
-from bot.commands import Command, parse_command
+from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
 from bot.lanes import LaneFull, Lanes, LanesClosed
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
