@@ -15,9 +15,9 @@ EXIT_CONFIG = 2
 
 NO_PLATFORM = """\
 No chat platform is configured, so there is nothing for `roost run` to serve.
-Set one of:
+Set:
   TELEGRAM_BOT_TOKEN=<token from @BotFather>   (and ROOST_OWNERS='["telegram:<your user id>"]')
-  DISCORD_BOT_TOKEN=<bot token>                 (and ROOST_OWNERS='["discord:<your user id>"]')
+(Discord support is not built yet.)
 or talk to Roost in this terminal with:  roost chat"""
 
 
