@@ -78,7 +78,6 @@ class AgentLoop:
         tool_context: ToolContextFactory,
         config: LoopConfig = LoopConfig(),
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
-        scope_tools: Callable[[Scope], ToolRegistry] | None = None,
     ) -> None:
         self._llm = llm
         self._tools = tools
@@ -88,7 +87,6 @@ class AgentLoop:
         self._tool_context = tool_context
         self.config = config
         self._now = now
-        self._scope_tools = scope_tools
 
     async def run(self, request: RunRequest) -> AsyncIterator[Event]:
         """Yield the run's events: RunStarted first, RunFinished or RunFailed last.
@@ -129,8 +127,7 @@ class AgentLoop:
             await self._append(request, "user", request.content, messages)
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
-            tools = self._scope_tools(request.scope) if self._scope_tools else self._tools
-            tool_defs = tool_definitions(tools.schemas())
+            tool_defs = tool_definitions(self._tools.schemas())
             ctx = self._tool_context(request)
             grants = await self._store.grants(request.session_key)
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -52,8 +52,6 @@ class ToolContext:
     run_id: str = ""
     memory: MemoryBackend | None = None
     messenger: Messenger | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-    """Typed services added later live in their own fields; this is for tests only."""
 
 
 I = TypeVar("I", bound=BaseModel)
@@ -103,10 +101,6 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def subset(self, names: Iterable[str]) -> ToolRegistry:
-        wanted = set(names)
-        return ToolRegistry(t for n, t in self._tools.items() if n in wanted)
-
     def schemas(self) -> list[dict[str, Any]]:
         """Tool definitions for the Messages API, in registration order (byte-stable).
 
@@ -115,23 +109,6 @@ class ToolRegistry:
         if self._schemas is None:
             self._schemas = [t.schema() for t in self._tools.values()]
         return copy.deepcopy(self._schemas)
-
-
-def tool(
-    name: str,
-    description: str,
-    input_model: type[I],
-    risk: Risk,
-    *,
-    timeout_s: float | None = None,
-    describe_action: Callable[[I], str] | None = None,
-) -> Callable[[Callable[[I, ToolContext], Awaitable[str]]], Tool[I]]:
-    """Decorator form: ``@tool("read_file", "...", ReadFileInput, Risk.READ)``."""
-
-    def wrap(func: Callable[[I, ToolContext], Awaitable[str]]) -> Tool[I]:
-        return Tool(name, description, input_model, risk, func, timeout_s, describe_action)
-
-    return wrap
 
 
 def cap_output(text: str, cap: int = TOOL_OUTPUT_CAP) -> str:

@@ -83,13 +83,6 @@ def window(messages: list[dict[str, Any]], budget_chars: int) -> list[dict[str, 
     return messages[start:]
 
 
-def pending_tool_use_ids(messages: list[dict[str, Any]]) -> list[str]:
-    """Tool uses of the last assistant message that have no result yet."""
-    if not messages or messages[-1]["role"] != "assistant":
-        return []
-    return _tool_use_ids(messages[-1])
-
-
 def _blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content.strip() else []
