@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 from agent_core.approvals import Decision, ResolveResult
 from agent_core.events import Event
 from agent_core.inbound import Inbound, ReplyTarget
+from agent_core.ports import ApprovalRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,10 @@ class InboundHandler(Protocol):
         """Persist what a reply message now shows, so a restart never sends it again."""
         ...
 
+    async def note_approval_card(self, approval_id: str, chat_ref: str) -> None:
+        """Remember where an approval's card is, so a restart can close it."""
+        ...
+
 
 class Adapter(Protocol):
     platform: str
@@ -84,6 +89,11 @@ class Adapter(Protocol):
     async def send_text(self, target: ReplyTarget, text: str, *, buttons: Sequence[Button] = ()) -> str:
         """Send a short standalone message (notices, scheduled messages, send_message).
         Returns the platform message id; raises on delivery failure."""
+        ...
+
+    async def close_expired_card(self, record: ApprovalRecord) -> None:
+        """After a restart: edit the card of an approval that expired with the old process
+        (`record.chat_ref` says where it is) to show that, and remove its buttons."""
         ...
 
     async def mark_interrupted(self, delivery: Delivery) -> None:

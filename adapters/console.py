@@ -151,6 +151,9 @@ class ConsoleAdapter:
         self._idle.clear()  # a queued message's run starts: not idle until it closes
         return ConsoleReply(self)
 
+    async def close_expired_card(self, record: object) -> None:
+        pass  # terminal prompts end with their process
+
     async def mark_interrupted(self, delivery: object) -> None:
         pass  # the terminal has no earlier messages to edit
 

@@ -8,7 +8,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from adapters.base import Adapter
@@ -16,6 +16,7 @@ from agent_core.approvals import ApprovalGate
 from agent_core.builtin_tools import default_tools
 from agent_core.llm import FallbackLLM, LLMClient, LLMRequest, StreamItem
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
+from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
@@ -42,6 +43,8 @@ class Roost:
     gate: ApprovalGate
     memory: MemoryIndex
     lazy_llm: LazyAnthropic | None = None
+    expired_at_start: list[ApprovalRecord] = field(default_factory=list)
+    """Approvals the previous process left pending; their cards are closed once adapters run."""
 
     def load_model_client(self) -> None:
         """Start loading the SDK in the background (call once adapters are connected)."""
@@ -127,9 +130,9 @@ async def build(
         gate = ApprovalGate(
             storage, approvers=[*settings.owners, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s
         )
-        if recover:
-            for record in await gate.expire_orphans():
-                log.info("approval.expired_at_start", extra={"approval": record.id})
+        expired_at_start = await gate.expire_orphans() if recover else []
+        for record in expired_at_start:
+            log.info("approval.expired_at_start", extra={"approval": record.id})
         runner = ToolRunner(registry, gate, storage, default_timeout_s=settings.agent.tool_timeout_s)
 
         def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202
@@ -178,4 +181,4 @@ async def build(
             max_concurrent_runs=settings.agent.max_concurrent_runs,
         )
         stack.push_async_callback(conversations.aclose)
-        yield Roost(settings, storage, conversations, agent, gate, memory, lazy)
+        yield Roost(settings, storage, conversations, agent, gate, memory, lazy, expired_at_start)

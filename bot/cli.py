@@ -92,6 +92,7 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             running.push_async_callback(app.conversations.aclose)
             app.load_model_client()
             await app.conversations.recover_deliveries()
+            await app.conversations.close_expired_cards(app.expired_at_start)
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
             await stop.wait()

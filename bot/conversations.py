@@ -18,6 +18,7 @@ from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished
 from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.loop import AgentLoop, RunRequest
+from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
 from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
@@ -119,6 +120,22 @@ class Conversations:
             message_id=delivery.message_id,
             thread_id=delivery.thread_id,
         )
+
+    async def note_approval_card(self, approval_id: str, chat_ref: str) -> None:
+        await self.storage.set_approval_chat_ref(approval_id, chat_ref)
+
+    async def close_expired_cards(self, records: list[ApprovalRecord]) -> None:
+        """At start-up, after adapters connect: cards of approvals the old process left
+        pending lose their buttons and say they expired."""
+        for record in records:
+            platform = (record.chat_ref or "").partition(":")[0]
+            adapter = self.adapters.get(platform)
+            if adapter is None:
+                continue
+            try:
+                await adapter.close_expired_card(dataclasses.replace(record, state="expired"))
+            except Exception:
+                log.warning("approval.card_close_failed", extra={"approval": record.id}, exc_info=True)
 
     async def recover_deliveries(self) -> int:
         """At start-up: replies a previous process left mid-stream are marked as cut off in

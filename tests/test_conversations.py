@@ -236,3 +236,26 @@ async def test_group_admin_commands_for_another_bot_are_ignored(tmp_path, fake_a
     async with running_app(tmp_path / "b", fake_api) as (app, adapter):
         await adapter.say(group("-56", OWNER_ID, "/disallow"))
         assert "allowed by the configuration" in adapter.notices[-1][1]
+
+
+async def test_start_up_closes_cards_of_approvals_the_old_process_left_pending(tmp_path, fake_api) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from agent_core.ports import ApprovalRecord
+    from bot.storage import Storage
+
+    home = tmp_path / "home"
+    home.mkdir()
+    storage = await Storage.open(f"sqlite+aiosqlite:///{home / 'roost.db'}")
+    now = datetime.now(UTC)
+    await storage.ensure_session("main", "main")
+    await storage.start_run("r-old", "main", "m")
+    await storage.create_approval(ApprovalRecord("ap1", "main", "r-old", "c1", "exec", "rm x", "telegram:1",
+                                                 now, now + timedelta(minutes=10)))
+    await storage.set_approval_chat_ref("ap1", "telegram:1::77")
+    await storage.aclose()
+    async with running_app(tmp_path, fake_api) as (app, adapter):
+        assert [r.id for r in app.expired_at_start] == ["ap1"]
+        await app.conversations.close_expired_cards(app.expired_at_start)
+        assert adapter.notices[-1][1] == "card-expired:ap1:expired"
+        assert (await app.storage.get_approval("ap1")).state == "expired"

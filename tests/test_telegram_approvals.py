@@ -197,3 +197,26 @@ async def test_stop_while_waiting_cancels_the_card_and_removes_its_buttons(
         answer = await press(h, card, "", data=buttons(card)["✅ Approve once"], require_button=False)
         assert answer.get("show_alert") and "Cancelled" in answer.get("text", "")
         assert not (h.workspace / "marker.txt").exists()
+
+
+async def test_card_left_live_by_a_dead_process_is_closed_at_the_next_start(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    import asyncio
+    import dataclasses
+
+    fake_api.script(reply_tools(ToolUse("exec", {"command": "echo never"})))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "run it")
+        (card,) = await cards(h)
+        storage = h.app.storage
+        (pending,) = await storage.pending_approvals()
+        async with asyncio.timeout(5):  # the card's place is written right after it is sent
+            while (record := await storage.get_approval(pending.id)).chat_ref is None:
+                await asyncio.sleep(0.01)
+        assert record.chat_ref == f"telegram:{OWNER}::{card.message_id}"
+        # What the next start does for approvals the old process left pending:
+        await h.adapter.close_expired_card(dataclasses.replace(record, state="expired"))
+        closed = await h.bot_text(OWNER, lambda t: "Expired" in t)
+        assert closed.message_id == card.message_id and closed.reply_markup is None
+        assert "echo never" in (closed.text or "")

@@ -35,7 +35,7 @@ from adapters.errors import DeliveryError, MessageGone
 from adapters.outbox import Clock, Outbox, Priority, Sleep
 from adapters.render.split import split_entities
 from adapters.render.utf16 import index_for_units, utf16_len
-from adapters.telegram.approval_cards import ApprovalCards
+from adapters.telegram.approval_cards import ApprovalCards, parse_card_ref, record_payload
 from adapters.telegram.callback_data import CallbackCodec
 from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
@@ -44,6 +44,7 @@ from adapters.telegram.reply import ReplyContext, TelegramReply, chat_ref, trans
 from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, TelegramTransport
 from adapters.telegram.updates import BotIdentity, describe, to_inbound
 from agent_core.inbound import ReplyTarget
+from agent_core.ports import ApprovalRecord
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class TelegramAdapter:
         self._me = BotIdentity(me.id, self._username_override or me.username or "")
         self._outbox = Outbox(clock=self._clock, sleep=self._sleep)
         await self._outbox.start()
-        cards = ApprovalCards(self._outbox, self._codec)
+        cards = ApprovalCards(self._outbox, self._codec, on_card=handler.note_approval_card)
         self._ctx = ReplyContext(
             bot, self._outbox, cards, handler, self._clock, self._sleep, *self._intervals
         )
@@ -308,6 +309,26 @@ class TelegramAdapter:
                 ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s
             )
         return message_id
+
+    async def close_expired_card(self, record: ApprovalRecord) -> None:
+        """Edit a card left live by a previous process to its final state, without buttons."""
+        ctx = self._running()
+        where = parse_card_ref(record.chat_ref or "")
+        if where is None:
+            return
+        chat_id, thread, message_id = where
+        transport = TelegramTransport(ctx.bot, chat_ref(chat_id), thread, interval_s=ctx.interval_for(chat_id))
+        payload = record_payload(record, None)
+        try:
+            await through_outbox(
+                ctx.outbox,
+                transport.chat_key,
+                lambda: transport.edit_message(message_id, payload.text, payload.entities, None),
+                interval=transport.min_edit_interval_s,
+                priority=Priority.EDIT,
+            )
+        except MessageGone:
+            log.info("telegram.expired_card_gone chat=%s message=%s", chat_id, message_id)
 
     async def mark_interrupted(self, delivery: Delivery) -> None:
         """Append a note to the cut-off message in place; a deleted message needs nothing."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -106,6 +106,19 @@ def record_payload(record: ApprovalRecord, who: str | None) -> Payload:
     )
 
 
+def card_ref(chat_id: int | str, thread_id: int | str | None, message_id: str) -> str:
+    """Where a card is: "telegram:<chat>:<thread or empty>:<message>"."""
+    return f"telegram:{chat_id}:{thread_id if thread_id is not None else ''}:{message_id}"
+
+
+def parse_card_ref(ref: str) -> tuple[str, int | None, str] | None:
+    """(chat, thread, message) of a card_ref, or None if it is not one of ours."""
+    parts = ref.split(":")
+    if len(parts) != 4 or parts[0] != "telegram" or not parts[3]:
+        return None
+    return parts[1], int(parts[2]) if parts[2] else None, parts[3]
+
+
 def needs_document(action: str) -> bool:
     return utf16_len(action) > INLINE_ACTION_UNITS
 
@@ -139,9 +152,16 @@ class ApprovalCards:
     `names` maps an identity ("telegram:42") to the name shown on a decided card; the
     callback handler fills it when someone presses a button."""
 
-    def __init__(self, outbox: Outbox, codec: CallbackCodec) -> None:
+    def __init__(
+        self,
+        outbox: Outbox,
+        codec: CallbackCodec,
+        on_card: Callable[[str, str], Awaitable[None]] | None = None,
+    ) -> None:
         self._outbox = outbox
         self._codec = codec
+        self._on_card = on_card
+        """Told (approval id, chat_ref) once a card exists, so a restart can close it."""
         self._cards: dict[str, Card] = {}
         self._progress = asyncio.Event()
         self.names: dict[str, str] = {}
@@ -191,6 +211,16 @@ class ApprovalCards:
             card = self._cards.get(approval_id)
             if card is not None and card.state != "live":
                 del self._cards[approval_id]
+
+    async def _note(self, card: Card) -> None:
+        if self._on_card is None or card.message_id is None:
+            return
+        transport = card.transport
+        ref = card_ref(transport.chat_id, transport.thread_id, card.message_id)
+        try:  # one small row update, rare: cheap enough inside the outbox action
+            await self._on_card(card.request.approval_id, ref)
+        except Exception:
+            log.warning("cards.note_failed approval=%s", card.request.approval_id, exc_info=True)
 
     def _pending(self, approval_id: str) -> bool:
         card = self._cards.get(approval_id)
@@ -253,6 +283,7 @@ class ApprovalCards:
             if card.message_id is None:
                 sent = await card.transport.send_message(payload.text, payload.entities, keyboard)
                 card.message_id = str(sent.message_id)
+                await self._note(card)
             elif desired != card.shown:
                 await card.transport.edit_message(card.message_id, payload.text, payload.entities, keyboard)
             else:

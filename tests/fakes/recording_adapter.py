@@ -63,6 +63,9 @@ class RecordingAdapter:
         self.replies.append(record)
         return _Reply(self, record)
 
+    async def close_expired_card(self, record) -> None:  # noqa: ANN001
+        self.notices.append((ReplyTarget(self.platform, record.chat_ref or ""), f"card-expired:{record.id}:{record.state}"))
+
     async def mark_interrupted(self, delivery) -> None:  # noqa: ANN001
         self.notices.append((ReplyTarget(self.platform, delivery.chat_id), f"interrupted:{delivery.message_id}"))
 
