@@ -203,7 +203,7 @@ class AgentLoop:
             if done.stop_reason == "max_tokens":
                 # A tool call cut off by the token limit has a truncated input: never run it.
                 for call in calls:
-                    malformed.setdefault(call.id, _truncated(call))
+                    malformed.setdefault(call.id, _TruncatedCall("cut off by the output token limit"))
             corrections = corrections + 1 if malformed else 0
             try:
                 outcomes = await self._run_tools(calls, malformed, seen_calls, ctx, grants, emit)
@@ -289,9 +289,6 @@ class _RunState:
 class _TruncatedCall:
     problem: str
 
-
-def _truncated(call: ToolCall) -> _TruncatedCall:
-    return _TruncatedCall("cut off by the output token limit")
 
 
 def _call_key(call: ToolCall) -> str:

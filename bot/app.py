@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from adapters.base import Adapter
+from adapters.console import IDENTITY as CONSOLE_IDENTITY
 from agent_core.approvals import ApprovalGate
 from agent_core.builtin_tools import default_tools
 from agent_core.llm import FallbackLLM, LLMClient, LLMRequest, StreamItem
@@ -30,9 +31,6 @@ from workspace.memory_index import MemoryIndex
 from workspace.scoped_memory import ScopedMemory
 
 log = logging.getLogger(__name__)
-
-CONSOLE_IDENTITY = "console:owner"
-
 
 @dataclass
 class Roost:

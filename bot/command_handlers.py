@@ -98,7 +98,7 @@ class CommandHandlers:
         return await self.approve_pairing(platform, code, inbound.identity)
 
     async def approve_pairing(self, platform: str, code: str, identity: str) -> str:
-        if identity not in self._c.router.owners and identity != "console:owner":
+        if not self._c.router.is_owner_identity(identity):
             return "Only the owner can approve pairing codes."
         code = code.strip().upper()
         paired = await self._c.storage.approve_pairing(platform, code)

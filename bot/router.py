@@ -74,7 +74,11 @@ class Router:
         return [o.partition(":")[2] for o in sorted(self.owners) if o.startswith(f"{platform}:")]
 
     def is_owner(self, inbound: Inbound) -> bool:
-        return inbound.platform == "console" or inbound.identity in self.owners
+        return self.is_owner_identity(inbound.identity)
+
+    def is_owner_identity(self, identity: str) -> bool:
+        """Owners from ROOST_OWNERS; whoever sits at the terminal (`roost chat`) is one too."""
+        return identity in self.owners or identity.startswith("console:")
 
     def statically_allowed(self, inbound: Inbound) -> bool:
         static = self._allowed_groups.get(inbound.platform, frozenset())
