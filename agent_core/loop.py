@@ -58,6 +58,8 @@ class RunRequest:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     messenger: Messenger | None = None
     """Delivers send_message calls to the chat this run answers."""
+    requester: str = ""
+    """Identity of the person whose message started the run (e.g. "telegram:123")."""
 
 
 class _Stop(Exception):

@@ -82,5 +82,38 @@ class ApprovalStore(Protocol):
     async def grants(self, session_key: str) -> set[str]: ...
 
 
+AuditKind = Literal["tool_call", "access", "pairing", "grant", "rate_limit", "command"]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row of the audit trail. Text fields hold no secret: callers pass normalised,
+    redacted input (the storage side redacts configured secrets once more)."""
+
+    kind: AuditKind
+    actor: str
+    """Who asked: an identity such as "telegram:123", or "system"."""
+    session_key: str | None = None
+    subject: str = ""
+    """The tool, command or access object the entry is about."""
+    detail: str = ""
+    """Normalised input, or the reason for a decision."""
+    decision: str = ""
+    """allow / ask / deny for tool calls; allowed / denied / limited / created / revoked …"""
+    approver: str | None = None
+    status: str | None = None
+    """Result status of a tool call: ok / error / denied / timeout / cancelled."""
+    size: int | None = None
+    """Characters of the result."""
+    duration_s: float | None = None
+
+
+class AuditSink(Protocol):
+    async def audit(self, entry: AuditEntry) -> None:
+        """Append an entry. Implementations never raise for a failed write: they log it,
+        because an audit failure must not change what the user sees."""
+        ...
+
+
 class AgentStore(TranscriptStore, RunStore, ApprovalStore, Protocol):
     """Everything the core persists."""

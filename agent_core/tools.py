@@ -52,6 +52,8 @@ class ToolContext:
     run_id: str = ""
     memory: MemoryBackend | None = None
     messenger: Messenger | None = None
+    requester: str = ""
+    """Identity of the person whose message started the run (audit, rate limits)."""
 
 
 I = TypeVar("I", bound=BaseModel)

@@ -144,6 +144,7 @@ async def build(
                 run_id=request.run_id,
                 memory=ScopedMemory(memory, root, request.session_key, request.scope),
                 messenger=request.messenger,
+                requester=request.requester,
             )
 
         agent = AgentLoop(

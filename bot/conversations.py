@@ -191,6 +191,7 @@ class Conversations:
             content=content,
             model=session.model_override if session else None,
             messenger=AdapterMessenger(adapter, target),
+            requester=last.inbound.identity,
         )
         sink = adapter.open_reply(target)
         outcome: RunFinished | RunFailed | None = None
