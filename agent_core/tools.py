@@ -54,6 +54,8 @@ class ToolContext:
     messenger: Messenger | None = None
     requester: str = ""
     """Identity of the person whose message started the run (audit, rate limits)."""
+    extra_roots: tuple[str, ...] = ()
+    """Workspace-relative folders the owner shared with this (sub) scope, beyond its own."""
 
 
 I = TypeVar("I", bound=BaseModel)

@@ -27,6 +27,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from bot.limit_settings import LimitSettings
+from bot.policy_settings import PolicySettings
+
 TELEGRAM_API = "https://api.telegram.org/bot"
 
 
@@ -98,6 +101,10 @@ class Settings(BaseSettings):
     agent: AgentSettings = AgentSettings()
     telegram: TelegramSettings = TelegramSettings()
     discord: DiscordSettings = DiscordSettings()
+    policy: PolicySettings = PolicySettings()
+    """Hot-reloaded from roost.toml while running."""
+    limits: LimitSettings = LimitSettings()
+    """Hot-reloaded from roost.toml while running."""
     log_level: str = "INFO"
 
     telegram_bot_token: SecretStr | None = Field(
