@@ -10,6 +10,8 @@ import pytest
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.harness import CoreHarness, make_harness
 
+pytest_plugins = ["tests.pg_accounting"]
+
 
 @pytest.fixture
 def fake_api() -> Iterator[FakeAnthropic]:
