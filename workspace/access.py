@@ -1,20 +1,85 @@
-"""Which workspace paths a session may see: the privacy rule of the main and sub scopes.
+"""Which workspace paths a session may see: an allow-list for sub scopes, confinement for all.
 
-The main session (the owner) sees the whole workspace. A sub session (a group, another
-user's DM) never sees USER.md, MEMORY.md or any daily log but its own; every path-taking
-tool and the context builder ask `may_access` after resolving symlinks.
+The main scope (the owner's private chat) sees the whole workspace. A sub scope (a group, a
+group topic, a paired user's DM, a job running in one of them) sees only:
+
+    SOUL.md, IDENTITY.md, AGENTS.md          read
+    skills/**                                read
+    groups/<slug>/** or dms/<slug>/**        read + write   its own folder
+    memory/groups/<slug>/** (dms/<slug>)     read           its own daily logs
+    every extra root the owner shared        read + write
+
+Everything else (USER.md, MEMORY.md, main's logs, notes the main session wrote, other
+sessions' folders) does not exist for a sub scope. Matching is exact, as the names are on
+disk, after symlinks are resolved; in addition a name that merely looks like a private one
+(another case, fullwidth or Cyrillic letters, combining marks, zero-width characters) is
+refused. In every scope a path outside the workspace is refused, and so is a regular file
+with more than one hard link: a hard link cannot be told apart from the file it shares, which
+may be a private note or a file outside the workspace (roost.toml, ~/.ssh/...).
+
+Errors name paths relative to the workspace only; they are shown in groups.
+
+    AccessDenied
+     ├── OutsideWorkspace   the path leaves the workspace (.., absolute, symlink)
+     ├── NotAvailable       the scope may not see it (or may not write it)
+     └── HardLinked         a regular file with st_nlink > 1
 """
 
 from __future__ import annotations
 
-from pathlib import PurePath
+import functools
+import logging
+import os
+import stat
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path, PurePath, PurePosixPath
+from typing import BinaryIO, Literal
 
-from workspace.daily_log import MAIN_KEY, MEMORY_DIR, log_dir_for
+from workspace.daily_log import MAIN_KEY, MEMORY_DIR, log_dir_for, session_dir_for
+
+log = logging.getLogger(__name__)
 
 MAIN_SCOPE = "main"
 SUB_SCOPE = "sub"
-PRIVATE_FILES = frozenset({"user.md", "memory.md"})
-"""Top-level files only the main scope may read or write (compared case-insensitively)."""
+IDENTITY_FILES: tuple[str, ...] = ("SOUL.md", "IDENTITY.md", "AGENTS.md")
+SKILLS_DIR = "skills"
+PRIVATE_NAMES = frozenset({"user.md", "memory.md"})
+"""Skeletons (see `skeleton`) of file names a sub scope never sees, in any folder."""
+SESSION_AREAS = frozenset({MEMORY_DIR, "groups", "dms"})
+"""Top-level folders owned by sessions; an extra root may not lie in them."""
+
+Mode = Literal["read", "write", "list"]
+
+# Latin look-alikes that NFKC leaves alone (Cyrillic, Greek, a few others), lower case only:
+# `skeleton` casefolds first. Over-matching only refuses a few more names in sub scopes.
+_CONFUSABLES = str.maketrans(
+    {
+        "а": "a", "в": "b", "е": "e", "к": "k", "м": "m", "н": "h", "о": "o", "р": "p",
+        "с": "c", "т": "t", "у": "y", "х": "x", "ѕ": "s", "і": "i", "ј": "j", "ԁ": "d",
+        "ԛ": "q", "ԝ": "w", "ӏ": "l", "һ": "h", "ү": "y", "ɑ": "a", "ı": "i", "ȷ": "j",
+        "α": "a", "β": "b", "ε": "e", "η": "n", "ι": "i", "κ": "k", "μ": "m", "ν": "v",
+        "ο": "o", "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ζ": "z", "ϲ": "c", "ϳ": "j",
+        "ℓ": "l", "ǀ": "l",
+    }
+)
+_IGNORED_CATEGORIES = frozenset({"Cf", "Cc", "Mn", "Me", "Zs", "Zl", "Zp"})
+
+
+class AccessDenied(Exception):
+    """A path this session may not use; the message names workspace-relative paths only."""
+
+
+class OutsideWorkspace(AccessDenied):
+    pass
+
+
+class NotAvailable(AccessDenied):
+    pass
+
+
+class HardLinked(AccessDenied):
+    pass
 
 
 def is_main(scope: str) -> bool:
@@ -35,18 +100,191 @@ def check_session(session_key: str, scope: str) -> None:
     log_dir_for(session_key)  # validates the key
 
 
-def may_access(rel: PurePath, session_key: str, scope: str) -> bool:
-    """May this session read or write `rel` (a path relative to the workspace root, with
-    symlinks already resolved)? Ancestors of the session's own log directory are allowed so
-    it can be listed and navigated to."""
-    if is_main(scope):
-        return True
-    parts = tuple(p.casefold() for p in rel.parts)
-    if not parts or parts == (".",):
-        return True
-    if len(parts) == 1 and parts[0] in PRIVATE_FILES:
+def skeleton(name: str) -> str:
+    """What a name looks like: NFKC (fullwidth, ligatures, math letters → ASCII), invisible
+    and combining characters and spaces dropped, case folded, Latin look-alikes mapped."""
+    text = unicodedata.normalize("NFKC", unicodedata.normalize("NFD", name))
+    text = "".join(ch for ch in text if unicodedata.category(ch) not in _IGNORED_CATEGORIES)
+    return unicodedata.normalize("NFKC", text.casefold()).translate(_CONFUSABLES)
+
+
+def check_extra_root(text: str) -> PurePosixPath:
+    """Validate a folder the owner shares with a sub scope (`[policy]` in roost.toml).
+
+    It must be workspace-relative, without `.`/`..`, in NFC with no invisible characters, not
+    the workspace itself, not inside `memory/`, `groups/` or `dms/` (those belong to
+    sessions; to share between groups use a folder such as `shared/team`), and no part of it
+    may look like USER.md or MEMORY.md. Raises ValueError naming the problem.
+    """
+    if not text or text != text.strip():
+        raise ValueError(f"extra root {text!r}: empty or padded with spaces")
+    path = PurePosixPath(text)
+    if path.is_absolute() or text.startswith("~") or "\\" in text:
+        raise ValueError(f"extra root {text!r}: must be relative to the workspace")
+    if any(part in (".", "..") for part in text.split("/")) or not path.parts:
+        raise ValueError(f"extra root {text!r}: '.' and '..' are not allowed")
+    for part in path.parts:
+        if unicodedata.normalize("NFC", part) != part or any(
+            unicodedata.category(ch) in ("Cf", "Cc") for ch in part
+        ):
+            raise ValueError(f"extra root {text!r}: not NFC or has invisible characters")
+        if skeleton(part) in PRIVATE_NAMES:
+            raise ValueError(f"extra root {text!r}: names a private file")
+    if skeleton(path.parts[0]) in SESSION_AREAS:
+        raise ValueError(f"extra root {text!r}: inside a session area ({path.parts[0]}/)")
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    prefix: PurePosixPath
+    writable: bool
+
+
+@functools.lru_cache(maxsize=1024)
+def _rules(session_key: str, extra_roots: tuple[str, ...]) -> tuple[_Rule, ...]:
+    own = session_dir_for(session_key)
+    rules = [_Rule(PurePosixPath(name), False) for name in IDENTITY_FILES]
+    rules.append(_Rule(PurePosixPath(SKILLS_DIR), False))
+    rules.append(_Rule(PurePosixPath(log_dir_for(session_key).as_posix()), False))
+    if own is not None:
+        rules.append(_Rule(PurePosixPath(own.as_posix()), True))
+    for root in extra_roots:
+        try:
+            rules.append(_Rule(check_extra_root(root), True))
+        except ValueError as exc:
+            log.warning("access.extra_root_ignored session=%s reason=%s", session_key, exc)
+    return tuple(rules)
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One session's view of the workspace: who it is and what the owner shared with it."""
+
+    session_key: str
+    scope: str
+    extra_roots: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_session(self.session_key, self.scope)
+
+    @property
+    def main(self) -> bool:
+        return is_main(self.scope)
+
+    def allows(self, rel: PurePath, mode: Mode) -> bool:
+        """May this session use `rel` (relative to the root, symlinks resolved) this way?
+        `list` also admits the folders leading to an allowed place (the root, `groups/`…)."""
+        if self.main:
+            return True
+        path = PurePosixPath(*rel.parts) if rel.parts else PurePosixPath(".")
+        if _looks_private(path, self.session_key):
+            return False
+        for rule in _rules(self.session_key, self.extra_roots):
+            if path == rule.prefix or rule.prefix in path.parents:
+                return rule.writable or mode != "write"
+            if mode == "list" and (path == PurePosixPath(".") or path in rule.prefix.parents):
+                return True
         return False
-    if parts[0] == MEMORY_DIR:
-        own = tuple(p.casefold() for p in log_dir_for(session_key).parts)
-        return parts[: len(own)] == own or own[: len(parts)] == parts
+
+
+def _looks_private(path: PurePosixPath, session_key: str) -> bool:
+    """A name that reads as USER.md/MEMORY.md anywhere, or a `memory/` look-alike at the top
+    that is not the way to this session's own logs."""
+    if any(skeleton(part) in PRIVATE_NAMES for part in path.parts):
+        return True
+    if path.parts and skeleton(path.parts[0]) == MEMORY_DIR:
+        logs = PurePosixPath(log_dir_for(session_key).as_posix())
+        return not (path == logs or logs in path.parents or path in logs.parents)
+    return False
+
+
+def shown(raw: str) -> str:
+    """How a path the model gave is echoed in an error: never an absolute machine path."""
+    if raw.startswith(("/", "~", "\\")) or (len(raw) > 1 and raw[1] == ":"):
+        return "that absolute path"
+    flat = "".join(ch if ch.isprintable() else "?" for ch in raw)
+    return flat if len(flat) <= 200 else flat[:199] + "…"
+
+
+def display(rel: PurePath) -> str:
+    text = rel.as_posix()
+    return "." if text in ("", ".") else text
+
+
+def confine(root: Path, raw: str, access: Access, mode: Mode) -> tuple[Path, PurePosixPath]:
+    """(real path, workspace-relative path) for a path given by the model or the code.
+
+    Relative paths start at the workspace root; absolute ones must lie inside it. Symlinks are
+    resolved first, so the check is on where a path really leads. Raises `AccessDenied`.
+    """
+    if not raw.strip():
+        raise NotAvailable("path is empty")
+    if "\x00" in raw:
+        raise NotAvailable("path contains a NUL byte")
+    real_root = root.resolve()
+    candidate = Path(raw).expanduser()
+    if not candidate.is_absolute():
+        candidate = real_root / candidate
+    try:
+        real = candidate.resolve()
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop on 3.11
+        raise NotAvailable(f"{shown(raw)}: cannot resolve this path (a symlink loop?)") from None
+    if real != real_root and not real.is_relative_to(real_root):
+        raise OutsideWorkspace(
+            f"{shown(raw)}: outside the workspace; use a path relative to the workspace root"
+        )
+    rel = PurePosixPath(*real.relative_to(real_root).parts)
+    if not access.allows(rel, mode):
+        if mode == "write" and access.allows(rel, "read"):
+            raise NotAvailable(f"{display(rel)}: read-only in this chat")
+        raise NotAvailable(f"{shown(raw)}: not available in this chat (private to the owner)")
+    if mode != "list":
+        _refuse_hard_link(real, rel)
+    return real, rel
+
+
+def _refuse_hard_link(real: Path, rel: PurePath) -> None:
+    try:
+        st = real.stat()
+    except OSError:
+        return  # missing: nothing shared yet (a write will create a fresh inode)
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise HardLinked(
+            f"{display(rel)}: has {st.st_nlink} hard links, so it may be another (private) "
+            "file; refused. Copy the file instead of linking it"
+        )
+
+
+def open_regular(real: Path, rel: PurePath) -> BinaryIO:
+    """Open a confined file for reading, re-checked on the open descriptor: the last component
+    is not followed if it became a symlink, and it must still be one regular file with a
+    single link. Raises AccessDenied, FileNotFoundError, IsADirectoryError."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno in (getattr(os, "ELOOP", -1), getattr(os, "EMLINK", -1)):
+            raise NotAvailable(f"{display(rel)}: changed while being opened; refused") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(display(rel))
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAvailable(f"{display(rel)}: not a regular file")
+        if st.st_nlink > 1:
+            raise HardLinked(f"{display(rel)}: has {st.st_nlink} hard links; refused")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def readable(root: Path, rel: PurePath, access: Access) -> bool:
+    """True if `confine` would let this session read `rel` (used to filter listings)."""
+    try:
+        confine(root, PurePosixPath(*rel.parts).as_posix(), access, "read")
+    except AccessDenied:
+        return False
     return True

@@ -4,22 +4,30 @@
 files on the same day give byte-identical text (prompt caching); `volatile` carries the
 clock and today's log. Caps: 20,000 characters per file, 4,000 for USER.md, 60,000 in total;
 every cut leaves a visible notice in the text.
+
+Every file is read through `workspace.access` exactly as the file tools would read it for this
+session: a sub scope gets only allow-listed files (identity files, skills, its own log), and
+a symlink or hard link that leads elsewhere is skipped in every scope. Reads are bounded (a
+huge file costs at most `READ_LIMIT` bytes), since this runs on the event loop.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from workspace.access import check_session, is_main
+from workspace.access import Access, AccessDenied, confine, is_main, open_regular
 from workspace.daily_log import log_path
 from workspace.skills import list_skills, skills_prompt
 
 FILE_CAP = 20_000
 USER_CAP = 4_000
 TOTAL_CAP = 60_000
+READ_LIMIT = 4 * FILE_CAP
+"""Bytes read from one file at most: FILE_CAP characters of UTF-8 always fit."""
 
 SHARED_FILES: tuple[str, ...] = ("SOUL.md", "IDENTITY.md", "AGENTS.md")
 MAIN_ONLY_FILES: tuple[str, ...] = ("USER.md", "MEMORY.md")
@@ -48,7 +56,7 @@ def build_context(root: Path, session_key: str, scope: str, now: datetime) -> Pr
     `scope` is an `agent_core.risk.Scope` (or its value); a sub scope with the main key
     raises ValueError.
     """
-    check_session(session_key, scope)
+    access = Access(session_key, str(getattr(scope, "value", scope)))
     main = is_main(scope)
     budget = _Budget()
     today = now.date()
@@ -56,66 +64,92 @@ def build_context(root: Path, session_key: str, scope: str, now: datetime) -> Pr
     stable: list[str] = []
     names = SHARED_FILES + (MAIN_ONLY_FILES if main else ())
     for name in names:
-        text = _read(root / name)
+        text = _read(root, name, access, "head")
         if text is not None:
             stable.append(_section(name, text, _CAPS.get(name, FILE_CAP), budget, keep="head"))
-    skills = skills_prompt(list_skills(root))
+    visible = [s for s in list_skills(root) if _read(root, s.path.as_posix(), access, "head")]
+    skills = skills_prompt(visible)
     if skills:
         stable.append(_section("Skills (load_skill to use one)", skills, FILE_CAP, budget, "head"))
     if main:
         yesterday = log_path(root, session_key, today - timedelta(days=1))
-        text = _read(yesterday)
+        text = _read(root, _rel(root, yesterday), access, "tail")
         if text is not None:
             title = f"Yesterday's log ({_rel(root, yesterday)})"
             stable.append(_section(title, text, FILE_CAP, budget, keep="tail"))
 
     volatile = [f"## Now\n{_clock(now)}"]
     today_log = log_path(root, session_key, today)
-    text = _read(today_log)
+    text = _read(root, _rel(root, today_log), access, "tail")
     if text is not None:
         title = f"Today's log ({_rel(root, today_log)})"
         volatile.append(_section(title, text, FILE_CAP, budget, keep="tail"))
     return PromptContext(stable="\n\n".join(stable), volatile="\n\n".join(volatile))
 
 
+@dataclass(frozen=True, slots=True)
+class _Text:
+    text: str
+    size: int | None = None
+    """File size in bytes when only part of the file was read (None: `text` is all of it)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.text)
+
+
 def _section(
-    title: str, text: str, cap: int, budget: _Budget, keep: Literal["head", "tail"]
+    title: str, content: _Text | str, cap: int, budget: _Budget, keep: Literal["head", "tail"]
 ) -> str:
     """`## title` + text, cut to min(cap, what the total budget has left) with a notice."""
+    text = content.text if isinstance(content, _Text) else content
+    partial = content.size if isinstance(content, _Text) else None
     limit = min(cap, budget.left)
     if limit <= 0:
         return f"## {title}\n[omitted: the {TOTAL_CAP:,}-character context cap is reached]"
-    if len(text) <= limit:
+    if len(text) <= limit and partial is None:
         budget.left -= len(text)
         return f"## {title}\n{text}"
+    limit = min(limit, len(text))
     budget.left -= limit
     reason = (
         f"the {cap:,}-character limit for this file"
         if limit == cap
         else f"the {TOTAL_CAP:,}-character context cap"
     )
+    whole = f"{len(text):,} characters" if partial is None else f"{partial:,} bytes"
     if keep == "tail":
         shown = text[-limit:]
         note = (
-            f"[truncated: showing the last {limit:,} of {len(text):,} characters "
+            f"[truncated: showing the last {limit:,} of {whole} "
             f"({reason}); read the file for the rest]"
         )
         return f"## {title}\n{note}\n{shown}"
     shown = text[:limit]
     note = (
-        f"[truncated: showing the first {limit:,} of {len(text):,} characters "
+        f"[truncated: showing the first {limit:,} of {whole} "
         f"({reason}); read the file for the rest]"
     )
     return f"## {title}\n{shown}\n{note}"
 
 
-def _read(path: Path) -> str | None:
+def _read(root: Path, rel: str, access: Access, keep: Literal["head", "tail"]) -> _Text | None:
+    """The file as this session may read it (None if missing, empty or not allowed), at most
+    READ_LIMIT bytes from its head or tail."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        real, checked = confine(root, rel, access, "read")
+        with open_regular(real, checked) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > READ_LIMIT and keep == "tail":
+                fh.seek(size - READ_LIMIT)
+            raw = fh.read(READ_LIMIT)
+    except (AccessDenied, OSError):
         return None
+    text = raw.decode("utf-8", errors="replace")
+    partial = size if size > len(raw) else None
+    if partial is not None and keep == "tail":
+        text = text.partition("\n")[2]  # drop the line the seek cut into
     text = text.strip("\n").rstrip()
-    return text or None
+    return _Text(text, partial) if text else None
 
 
 def _rel(root: Path, path: Path) -> str:

@@ -2,9 +2,13 @@
 
 Layout (relative to the workspace root), one directory per session so that scopes never mix:
 
-    main                              -> memory/
-    group:<platform>:<chat>[:<thread>] -> memory/groups/<slug>/
-    dm:<platform>:<user>              -> memory/dms/<slug>/
+    session key                         daily logs              own folder (files)
+    main                                memory/                 (the whole workspace)
+    group:<platform>:<chat>[:<thread>]  memory/groups/<slug>/   groups/<slug>/
+    dm:<platform>:<user>                memory/dms/<slug>/      dms/<slug>/
+
+A sub session's own folder and its logs share one slug, so they are easy to find together;
+the folder sits outside `memory/` so that it is never part of memory search.
 """
 
 from __future__ import annotations
@@ -38,6 +42,16 @@ def log_dir_for(session_key: str) -> Path:
     if kind == "dm" and len(parts) == 2 and all(parts):
         return Path(MEMORY_DIR, "dms", slug(rest))
     raise ValueError(f"not a session key: {session_key!r}")
+
+
+def session_dir_for(session_key: str) -> Path | None:
+    """A sub session's own folder relative to the workspace root (`groups/<slug>` or
+    `dms/<slug>`, the same slug as its logs); None for main, which owns the whole workspace.
+    Raises ValueError like `log_dir_for`."""
+    logs = log_dir_for(session_key)
+    if session_key == MAIN_KEY:
+        return None
+    return Path(*logs.parts[1:])
 
 
 def slug(value: str) -> str:

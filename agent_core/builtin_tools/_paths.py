@@ -1,41 +1,49 @@
-"""Workspace confinement for path-taking tools: resolve symlinks, refuse anything outside the
-workspace, and refuse what the session's scope may not see (workspace.access)."""
+"""Workspace confinement for path-taking tools: `workspace.access` rules, errors as ToolError.
+
+Every path-taking tool goes through `resolve_in_workspace` (symlinks resolved, outside paths
+refused, the scope's allow-list applied, hard-linked files refused) and reads through
+`read_bytes` (re-checked on the open descriptor). Messages name workspace-relative paths
+only: they are shown in group chats.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from pathlib import Path, PurePosixPath
 
 from agent_core.tools import ToolContext, ToolError
-from workspace.access import may_access
+from workspace.access import Access, AccessDenied, Mode, confine, display, open_regular
+
+__all__ = ["access_of", "display", "read_bytes", "resolve_in_workspace"]
 
 
-def resolve_in_workspace(ctx: ToolContext, raw: str) -> tuple[Path, Path]:
-    """(absolute real path, path relative to the workspace) for a user-supplied path.
+def access_of(ctx: ToolContext) -> Access:
+    return Access(ctx.session_key, str(ctx.scope), tuple(ctx.extra_roots))
 
-    Relative paths are taken from the workspace root; absolute ones must lie inside it.
-    Symlinks are resolved first, so a link pointing out of the workspace is refused too.
-    Raises ToolError("... outside the workspace ...") or ToolError for a private path.
-    """
-    if not raw.strip():
-        raise ToolError("path is empty")
-    if "\x00" in raw:
-        raise ToolError("path contains a NUL byte")
-    root = ctx.workspace.resolve()
-    candidate = Path(raw).expanduser()
-    if not candidate.is_absolute():
-        candidate = root / candidate
+
+def resolve_in_workspace(ctx: ToolContext, raw: str, mode: Mode = "read") -> tuple[Path, PurePosixPath]:
+    """(absolute real path, workspace-relative path) for a user-supplied path, or ToolError
+    ("outside the workspace", "not available in this chat", "read-only", "hard links")."""
     try:
-        real = candidate.resolve()
-    except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop on 3.11
-        raise ToolError(f"{raw}: cannot resolve path ({exc})") from exc
-    if real != root and not real.is_relative_to(root):
-        raise ToolError(f"{raw}: outside the workspace; only paths inside {root} are allowed")
-    rel = real.relative_to(root)
-    if not may_access(rel, ctx.session_key, ctx.scope):
-        raise ToolError(f"{raw}: not available in this chat (private to the owner's session)")
-    return real, rel
+        return confine(ctx.workspace, raw, access_of(ctx), mode)
+    except AccessDenied as exc:
+        raise ToolError(str(exc)) from None
 
 
-def display(rel: Path) -> str:
-    text = rel.as_posix()
-    return "." if text in ("", ".") else text
+def read_bytes(real: Path, rel: PurePosixPath, limit: int) -> tuple[bytes, int]:
+    """Up to `limit` bytes of a confined regular file and its size; ToolError for a missing,
+    directory, special, hard-linked or unreadable file (relative names only)."""
+    name = display(rel)
+    try:
+        with open_regular(real, rel) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            return fh.read(limit), size
+    except AccessDenied as exc:
+        raise ToolError(str(exc)) from None
+    except FileNotFoundError:
+        raise ToolError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise ToolError(f"{name}: is a directory; use list_dir") from None
+    except OSError as exc:
+        raise ToolError(f"{name}: cannot read ({exc.strerror or type(exc).__name__})") from None
+

@@ -1,5 +1,9 @@
 """File tools confined to the workspace: read_file, list_dir (READ); write_file, edit_file
-(WRITE). Text files only (UTF-8); binary, missing and oversized inputs are clear errors."""
+(WRITE). Text files only (UTF-8); binary, missing and oversized inputs are clear errors.
+
+What a session may touch is `workspace.access` (via `_paths`): a sub scope sees an allow-list,
+and every message names workspace-relative paths only.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent_core.builtin_tools._paths import display, resolve_in_workspace
+from agent_core.builtin_tools._paths import access_of, display, read_bytes, resolve_in_workspace
 from agent_core.risk import Risk
 from agent_core.tools import Tool, ToolContext, ToolError
-from workspace.access import is_main, may_access
+from workspace.access import Access
 
 READ_CHAR_BUDGET = 15_000
 """Characters of file text per read_file call (below the 16k tool output cap)."""
@@ -56,25 +60,11 @@ def _decode(raw: bytes, name: str, truncated: bool = False) -> str:
         raise ToolError(f"{name}: not a UTF-8 text file (binary?); not shown") from exc
 
 
-def _existing_file(real: Path, name: str) -> os.stat_result:
-    try:
-        st = real.stat()
-    except FileNotFoundError:
-        raise ToolError(f"{name}: no such file") from None
-    if real.is_dir():
-        raise ToolError(f"{name}: is a directory; use list_dir")
-    if not real.is_file():
-        raise ToolError(f"{name}: not a regular file")
-    return st
-
-
 def _read_file(ctx: ToolContext, args: ReadFileInput) -> str:
-    real, rel = resolve_in_workspace(ctx, args.path)
+    real, rel = resolve_in_workspace(ctx, args.path, "read")
     name = display(rel)
-    st = _existing_file(real, name)
-    with real.open("rb") as fh:
-        raw = fh.read(MAX_READ_BYTES)
-    truncated = st.st_size > len(raw)
+    raw, size = read_bytes(real, rel, MAX_READ_BYTES)
+    truncated = size > len(raw)
     text = _decode(raw, name, truncated)
     if not text:
         return f"({name} is empty)"
@@ -116,29 +106,36 @@ def _atomic_write(real: Path, data: bytes) -> None:
         raise
 
 
+def _write_or_explain(real: Path, name: str, data: bytes) -> None:
+    try:
+        _atomic_write(real, data)
+    except OSError as exc:  # the OS message names the absolute path; ours does not
+        raise ToolError(f"{name}: cannot write ({exc.strerror or type(exc).__name__})") from None
+
+
 def _write_file(ctx: ToolContext, args: WriteFileInput) -> str:
-    real, rel = resolve_in_workspace(ctx, args.path)
+    real, rel = resolve_in_workspace(ctx, args.path, "write")
     name = display(rel)
     if real.is_dir():
         raise ToolError(f"{name}: is a directory")
     existed = real.exists()
     data = args.content.encode("utf-8")
-    _atomic_write(real, data)
+    _write_or_explain(real, name, data)
     verb = "replaced" if existed else "created"
     return f"{verb} {name} ({len(args.content):,} characters, {len(data):,} bytes)"
 
 
 def _edit_file(ctx: ToolContext, args: EditFileInput) -> str:
-    real, rel = resolve_in_workspace(ctx, args.path)
+    real, rel = resolve_in_workspace(ctx, args.path, "write")
     name = display(rel)
-    st = _existing_file(real, name)
-    if st.st_size > MAX_EDIT_BYTES:
-        raise ToolError(f"{name}: too large to edit ({st.st_size:,} bytes)")
     if not args.old_string:
         raise ToolError("old_string is empty; use write_file to create or replace a file")
     if args.old_string == args.new_string:
         raise ToolError("old_string and new_string are identical; nothing to change")
-    text = _decode(real.read_bytes(), name)
+    raw, size = read_bytes(real, rel, MAX_EDIT_BYTES + 1)
+    if size > MAX_EDIT_BYTES:
+        raise ToolError(f"{name}: too large to edit ({size:,} bytes)")
+    text = _decode(raw, name)
     count = text.count(args.old_string)
     if count == 0:
         raise ToolError(
@@ -152,29 +149,26 @@ def _edit_file(ctx: ToolContext, args: EditFileInput) -> str:
         )
     at = text.index(args.old_string)
     line = text.count("\n", 0, at) + 1
-    _atomic_write(real, text.replace(args.old_string, args.new_string, 1).encode("utf-8"))
+    _write_or_explain(real, name, text.replace(args.old_string, args.new_string, 1).encode("utf-8"))
     return f"edited {name}: replaced 1 occurrence starting at line {line}"
 
 
 def _list_dir(ctx: ToolContext, args: ListDirInput) -> str:
-    real, rel = resolve_in_workspace(ctx, args.path)
+    real, rel = resolve_in_workspace(ctx, args.path, "list")
     name = display(rel)
     if not real.exists():
         raise ToolError(f"{name}: no such directory")
     if not real.is_dir():
         raise ToolError(f"{name}: not a directory; use read_file")
-    rows: list[str] = []
-    with os.scandir(real) as it:
-        entries = sorted(it, key=lambda e: e.name)
+    access = access_of(ctx)
     root = ctx.workspace.resolve()
-    visible = [e for e in entries if _visible(e, rel, root, ctx)]
-    for entry in visible[:MAX_LIST_ENTRIES]:
-        if entry.is_symlink():
-            rows.append(f"{entry.name}@ -> {os.readlink(entry.path)}")
-        elif entry.is_dir():
-            rows.append(f"{entry.name}/")
-        else:
-            rows.append(f"{entry.name}  ({entry.stat().st_size:,} bytes)")
+    try:
+        with os.scandir(real) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        visible = [e for e in entries if _visible(e, rel, root, access)]
+        rows = [_row(entry) for entry in visible[:MAX_LIST_ENTRIES]]
+    except OSError as exc:
+        raise ToolError(f"{name}: cannot list ({exc.strerror or type(exc).__name__})") from None
     if not rows:
         return f"{name}/ is empty"
     header = f"{name}/ ({len(visible)} entries)"
@@ -183,16 +177,31 @@ def _list_dir(ctx: ToolContext, args: ListDirInput) -> str:
     return header + "\n" + "\n".join(rows)
 
 
-def _visible(entry: os.DirEntry[str], rel: Path, root: Path, ctx: ToolContext) -> bool:
-    """Hide what the scope may not see; a symlink is judged by where it points."""
-    if not may_access(rel / entry.name, ctx.session_key, ctx.scope):
+def _row(entry: os.DirEntry[str]) -> str:
+    """One line per entry; a symlink is marked but its target is never shown (it may be an
+    absolute path of the machine)."""
+    if entry.is_symlink():
+        return f"{entry.name}@/ (link)" if entry.is_dir() else f"{entry.name}@ (link)"
+    if entry.is_dir():
+        return f"{entry.name}/"
+    return f"{entry.name}  ({entry.stat().st_size:,} bytes)"
+
+
+def _visible(entry: os.DirEntry[str], rel: Path, root: Path, access: Access) -> bool:
+    """Show what the scope may reach, judged by where a symlink really leads; in a sub scope
+    hide hard-linked files too (their size and name would hint at the other file)."""
+    own = rel / entry.name
+    if not access.allows(own, "list"):
         return False
-    if not entry.is_symlink():
-        return True
-    target = Path(entry.path).resolve()
-    if not target.is_relative_to(root):
-        return is_main(ctx.scope)
-    return may_access(target.relative_to(root), ctx.session_key, ctx.scope)
+    if entry.is_symlink():
+        target = Path(entry.path).resolve()
+        if not target.is_relative_to(root):
+            return access.main
+        if not access.allows(target.relative_to(root), "list"):
+            return False
+    if not access.main and entry.is_file() and entry.stat().st_nlink > 1:
+        return False
+    return True
 
 
 async def _run_read(args: ReadFileInput, ctx: ToolContext) -> str:

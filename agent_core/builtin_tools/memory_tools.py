@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent_core.builtin_tools._paths import display, resolve_in_workspace
+from agent_core.builtin_tools._paths import display, read_bytes, resolve_in_workspace
 from agent_core.risk import Risk, Scope
 from agent_core.tools import Tool, ToolContext, ToolError, cap_output
 from workspace.daily_log import MEMORY_DIR, append_entry
@@ -21,6 +21,7 @@ from workspace.memory_files import LONG_TERM_FILE
 
 MAX_GET_LINES = 400
 MAX_MEMORY_CHARS = 100_000
+MAX_GET_BYTES = 10 * 1024 * 1024
 
 
 class MemorySearchInput(BaseModel):
@@ -60,7 +61,7 @@ async def _search(args: MemorySearchInput, ctx: ToolContext) -> str:
     return cap_output("\n\n".join(blocks))
 
 
-def _is_memory_file(rel: Path) -> bool:
+def _is_memory_file(rel: PurePath) -> bool:
     parts = rel.parts
     if parts == (LONG_TERM_FILE,):
         return True
@@ -68,16 +69,17 @@ def _is_memory_file(rel: Path) -> bool:
 
 
 def _get(ctx: ToolContext, args: MemoryGetInput) -> str:
-    real, rel = resolve_in_workspace(ctx, args.path)
+    real, rel = resolve_in_workspace(ctx, args.path, "read")
     name = display(rel)
     if not _is_memory_file(rel):
         raise ToolError(f"{name}: not a memory file (MEMORY.md or memory/**.md); use read_file")
     try:
-        lines = real.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        raise ToolError(f"{name}: no such memory file") from None
-    except IsADirectoryError:
-        raise ToolError(f"{name}: is a directory") from None
+        raw, _ = read_bytes(real, rel, MAX_GET_BYTES)
+    except ToolError as exc:
+        if str(exc) == f"{name}: no such file":
+            raise ToolError(f"{name}: no such memory file") from None
+        raise
+    lines = raw.decode("utf-8", errors="replace").splitlines()
     end = args.end_line if args.end_line is not None else len(lines)
     if end < args.start_line:
         raise ToolError("end_line is before start_line")
@@ -122,8 +124,10 @@ async def _write(args: MemoryWriteInput, ctx: ToolContext) -> str:
     else:
         now = datetime.now().astimezone()
         path = await asyncio.to_thread(append_entry, ctx.workspace, ctx.session_key, now, args.text)
-    rel = path.relative_to(ctx.workspace) if path.is_relative_to(ctx.workspace) else path
-    return f"appended to {Path(rel).as_posix()}"
+    root = ctx.workspace.resolve()
+    real = path.resolve()
+    where = real.relative_to(root).as_posix() if real.is_relative_to(root) else "this chat's log"
+    return f"appended to {where}"
 
 
 MEMORY_SEARCH: Tool[MemorySearchInput] = Tool(
