@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -84,19 +85,37 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
+        # Before any adapter delivers: what the last process accepted but never answered
+        # (a crash, a kill, a shutdown with messages queued) goes first, once.
+        await app.conversations.load_inbox()
         async with contextlib.AsyncExitStack() as running:
             for adapter in adapters:
                 await adapter.start(app.conversations)
                 running.push_async_callback(adapter.aclose)
-            # Closed first (LIFO): runs stop and queued senders are told while adapters are open.
+            # Closed first (LIFO): runs stop with a visible notice while adapters are open;
+            # queued messages stay in the inbox for the next start.
             running.push_async_callback(app.conversations.aclose)
             app.load_model_client()
             await app.conversations.recover_deliveries()
             await app.conversations.close_expired_cards(app.expired_at_start)
+            await app.conversations.replay_inbox()
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
             await stop.wait()
+            # A second Ctrl-C / SIGTERM while shutting down leaves at once: every accepted
+            # message is already in the inbox, so a hard exit loses nothing.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError):
+                    loop.add_signal_handler(sig, _exit_now)
+            print("Stopping: running answers end with a notice; queued messages wait for the next start.",
+                  file=sys.stderr)
     return 0
+
+
+def _exit_now() -> None:
+    print("roost: stopped without waiting (queued messages are kept for the next start).", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(130)
 
 
 async def _chat(settings: Settings, args: argparse.Namespace) -> int:

@@ -20,22 +20,69 @@ from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.loop import AgentLoop, RunRequest
 from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
+from agent_core.text import clean_text
 from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
 from bot.lanes import LaneFull, Lanes, LanesClosed
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
+from bot.session_keys import scope_of
 from bot.storage import Storage
+from bot.storage.inbox import InboxMessage, InboxRow
 from workspace.daily_log import append_run_entry
 
 log = logging.getLogger(__name__)
 
 MAX_INBOUND_CHARS = 50_000
+KEPT_NOTICE = "⏳ I'm restarting; I'll answer what you sent as soon as I'm back."
 
 
 @dataclass(frozen=True, slots=True)
 class Pending:
     inbound: Inbound
     route: Accept
+    inbox_id: int | None = None
+    """Its row in the inbox (None only for items built outside `receive`)."""
+
+
+def cleaned(inbound: Inbound) -> Inbound:
+    """The inbound with text safe to store and send (a lone surrogate stored once fails
+    every later request of the session); the same object when nothing needed cleaning."""
+    text, name = clean_text(inbound.text), clean_text(inbound.sender_name)
+    if text is inbound.text and name is inbound.sender_name:
+        return inbound
+    return dataclasses.replace(inbound, text=text, sender_name=name)
+
+
+def _stored(inbound: Inbound) -> InboxMessage:
+    return InboxMessage(
+        platform=inbound.platform,
+        chat_kind=inbound.chat_kind,
+        chat_id=inbound.chat_id,
+        sender_id=inbound.sender_id,
+        sender_name=inbound.sender_name,
+        text=inbound.text,
+        received_at=inbound.received_at,
+        thread_id=inbound.thread_id,
+        mentioned=inbound.mentioned,
+        message_id=inbound.message_id,
+        update_id=inbound.update_id,
+    )
+
+
+def _inbound(message: InboxMessage) -> Inbound:
+    return Inbound(
+        platform=message.platform,
+        chat_kind="group" if message.chat_kind == "group" else "private",
+        chat_id=message.chat_id,
+        sender_id=message.sender_id,
+        sender_name=message.sender_name,
+        text=message.text,
+        thread_id=message.thread_id,
+        mentioned=message.mentioned,
+        message_id=message.message_id,
+        update_id=message.update_id,
+        received_at=message.received_at,
+    )
 
 
 class AdapterMessenger:
@@ -77,22 +124,48 @@ class Conversations:
             self._run_batch, mode=queue_mode, max_concurrent=max_concurrent_runs  # type: ignore[arg-type]
         )
         self.commands = CommandHandlers(self)
+        self._backlog: list[InboxRow] = []
+        self._replayed = asyncio.Event()
+        """Cleared while a start-up backlog waits: new messages queue behind it."""
+        self._replayed.set()
+        self._closing = False
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
-        if inbound.update_id is not None and not await self.storage.mark_update_seen(
-            inbound.platform, inbound.update_id
-        ):
+        """Store, then route, then acknowledge. True when the message waits for a run."""
+        inbound = cleaned(inbound)
+        # Durable first: the update is marked seen in the transaction that stores the
+        # message, so nothing marked seen can be lost by a crash (see bot.storage.inbox).
+        inbox_id = await self.storage.receive_inbound(_stored(inbound))
+        if inbox_id is None:
             log.info("inbound.duplicate", extra={"platform": inbound.platform, "update": inbound.update_id})
             return False
+        await self._replayed.wait()  # at start-up, what the last process left goes first
+        return await self._handle(inbound, inbox_id)
+
+    async def _handle(self, inbound: Inbound, inbox_id: int) -> bool:
+        """Route a stored message; its inbox row stays only while it waits for a run."""
+        try:
+            kept = await self._route(inbound, inbox_id)
+        except asyncio.CancelledError:
+            raise  # left "received": the next start routes it again
+        except BaseException:
+            await self.storage.discard_inbound(inbox_id)  # never replay a message that crashes us
+            raise
+        if not kept:
+            await self.storage.discard_inbound(inbox_id)
+        return kept
+
+    async def _route(self, inbound: Inbound, inbox_id: int) -> bool:
         command = parse_command(inbound.text)
         if command and inbound.chat_kind == "group" and await self.commands.group_admin(command, inbound):
             return False
         route = await self.router.route(inbound)
         match route:
-            case NeedsPairing(code=code):
-                await self._notify(inbound, self.commands.pairing_text(code))
-                if code is not None:
+            case NeedsPairing(code=code, new=new, tell_sender=tell_sender):
+                if tell_sender:
+                    await self._notify(inbound, self.commands.pairing_text(code))
+                if code is not None and new:  # once per code, however often the stranger writes
                     await self.commands.tell_owner_about_pairing(inbound, code)
             case Buffered() | Ignored():
                 return False
@@ -100,7 +173,7 @@ class Conversations:
                 if command is not None:
                     await self._notify(inbound, await self.commands.run(command, inbound, route))
                     return False
-                return await self._accept(inbound, route)
+                return await self._accept(inbound, route, inbox_id)
         return False
 
     async def decide(self, approval_id: str, decision: Decision, identity: str) -> ResolveResult:
@@ -155,8 +228,40 @@ class Conversations:
                 log.warning("delivery.recover_failed", extra={"run": row.run_id}, exc_info=True)
         return count
 
+    # --- the inbox at start-up -----------------------------------------------------
+    async def load_inbox(self) -> int:
+        """Start-up, before adapters deliver anything: settle what the previous process
+        left in the inbox and hold new messages until `replay_inbox` has handed it on.
+        Returns how many messages wait."""
+        self._backlog = await self.storage.recover_inbox(self.adapters.keys())
+        if self._backlog:
+            self._replayed.clear()
+        return len(self._backlog)
+
+    async def replay_inbox(self) -> int:
+        """Once adapters are connected: give each message the previous process accepted but
+        never answered to its lane, oldest first, exactly once; then release new messages."""
+        backlog, self._backlog = self._backlog, []
+        try:
+            for row in backlog:
+                inbound = _inbound(row.message)
+                if row.state == "received" or row.session_key is None:
+                    await self._handle(inbound, row.id)  # stored, never routed: route it now
+                    continue
+                key = row.session_key
+                route = Accept(key, scope_of(key), self.router.is_owner(inbound))
+                if not await self._submit(Pending(inbound, route, row.id), acknowledge=False):
+                    await self.storage.discard_inbound(row.id)
+        finally:
+            self._replayed.set()
+        if backlog:
+            log.info("inbox.replayed", extra={"messages": len(backlog)})
+        return len(backlog)
+
     # --- runs -----------------------------------------------------------------------
-    async def _accept(self, inbound: Inbound, route: Accept) -> bool:
+    async def _accept(self, inbound: Inbound, route: Accept, inbox_id: int) -> bool:
+        """Queue an accepted message for its session's run; False if refused (the sender is
+        told why)."""
         if not inbound.text.strip():
             return False
         if len(inbound.text) > MAX_INBOUND_CHARS:
@@ -167,15 +272,22 @@ class Conversations:
             )
             return False
         await self.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
+        await self.storage.queue_inbound(inbox_id, route.session_key)
+        return await self._submit(Pending(inbound, route, inbox_id), acknowledge=True)
+
+    async def _submit(self, pending: Pending, *, acknowledge: bool) -> bool:
+        """Hand a queued message to its lane. False if the lane refused it (the sender is
+        told); a message that meets a shutdown stays queued for the next start."""
+        inbound = pending.inbound
         try:
-            waiting = self.lanes.submit(route.session_key, Pending(inbound, route))
-        except LanesClosed as exc:
-            await self._notify(inbound, f"{exc}; please send this again in a minute.")
-            return False
+            waiting = self.lanes.submit(pending.route.session_key, pending)
+        except LanesClosed:
+            await self._notify(inbound, KEPT_NOTICE)
+            return True
         except LaneFull as exc:
-            await self._notify(inbound, f"I'm still busy and {exc}; please wait for my answer.")
+            await self._notify(inbound, f"I'm still busy and {exc}; please wait for my answer, then send this again.")
             return False
-        if waiting == 1:
+        if waiting == 1 and acknowledge:
             await self._notify(inbound, "⏳ Got it — I'll get to this as soon as I finish the current answer.")
         return True
 
@@ -193,6 +305,9 @@ class Conversations:
             messenger=AdapterMessenger(adapter, target),
             requester=last.inbound.identity,
         )
+        # Taken before the run appends the user message: after a crash, a row whose run stored
+        # that message counts as answered, any other goes back to the queue.
+        await self.storage.take_inbound(_inbox_ids(items), request.run_id)
         sink = adapter.open_reply(target)
         outcome: RunFinished | RunFailed | None = None
         cancelled = False
@@ -216,6 +331,13 @@ class Conversations:
             await sink.aclose(cancelled=cancelled)
         except Exception:
             log.exception("reply.close_failed", extra={"session": key})
+        if not (cancelled and self._closing):
+            # A shutdown leaves the rows running: the next start decides from the transcript
+            # whether this run got as far as the user's message.
+            try:
+                await self.storage.finish_inbound(_inbox_ids(items))
+            except Exception:
+                log.exception("inbox.finish_failed", extra={"session": key})
         asked = " / ".join(p.inbound.text for p in items)
         if cancelled:
             did = "stopped by the user before finishing"
@@ -263,9 +385,18 @@ class Conversations:
             log.exception("notice.failed", extra={"platform": inbound.platform})
 
     async def aclose(self) -> None:
-        """Stop runs (their replies are closed as stopped) while adapters are still open, and
-        tell whoever is still waiting in a queue."""
+        """Stop runs (their replies are closed as stopped) while adapters are still open.
+        Queued messages stay in the inbox for the next start; each chat with some is told
+        so once."""
+        self._closing = True
+        self._replayed.set()  # held messages meet the closed lanes and stay queued
+        waiting: dict[tuple[str, str, str | None], Inbound] = {}
         for _, pending in await self.lanes.aclose():
-            await self._notify(
-                pending.inbound, "⚠️ I'm restarting and didn't get to this message; please send it again."
-            )
+            inbound = pending.inbound
+            waiting[(inbound.platform, inbound.chat_id, inbound.thread_id)] = inbound
+        for inbound in waiting.values():
+            await self._notify(inbound, KEPT_NOTICE)
+
+
+def _inbox_ids(items: list[Pending]) -> list[int]:
+    return [p.inbox_id for p in items if p.inbox_id is not None]

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O/1/I: read aloud without doubt
 PAIRING_CODE_LENGTH = 8
 PAIRING_TTL = timedelta(hours=1)
+PAIRING_RETELL = timedelta(minutes=5)
+"""A stranger who keeps writing is re-told their code at most this often."""
+_TOLD_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,10 @@ class Accept:
 class NeedsPairing:
     code: str | None
     """None when too many codes are pending: the stranger is told to try later."""
+    new: bool = False
+    """The code was created by this message: the owner is told about it (once per code)."""
+    tell_sender: bool = True
+    """False when the stranger was told their code moments ago (see PAIRING_RETELL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,8 @@ class Router:
         self.owners = frozenset(owners)
         self._allowed_groups = {p: frozenset(ids) for p, ids in allowed_groups.items()}
         self._now = now
+        self._told: dict[str, datetime] = {}
+        """When each stranger was last told about pairing (in memory: a restart re-tells once)."""
 
     def owners_on(self, platform: str) -> list[str]:
         return [o.partition(":")[2] for o in sorted(self.owners) if o.startswith(f"{platform}:")]
@@ -106,10 +115,15 @@ class Router:
         return Accept(key, scope_of(key), owner)
 
     async def _pairing(self, inbound: Inbound) -> NeedsPairing:
+        route = await self._open_pairing(inbound)
+        may_tell = self._may_tell(inbound)  # always called: a new code's telling counts too
+        return NeedsPairing(route.code, route.new, tell_sender=route.new or may_tell)
+
+    async def _open_pairing(self, inbound: Inbound) -> NeedsPairing:
         for _ in range(5):
             code = new_pairing_code()
             try:
-                created = await self._storage.create_pairing(
+                opened = await self._storage.open_pairing(
                     inbound.platform,
                     inbound.sender_id,
                     inbound.sender_name,
@@ -118,7 +132,19 @@ class Router:
                 )
             except PairingCodeInUse:  # a collision with another live code: draw again
                 continue
-            if created is None:
+            if opened.request is None:
                 return NeedsPairing(None)
-            return NeedsPairing(created.code)
+            return NeedsPairing(opened.request.code, opened.created)
         return NeedsPairing(None)
+
+    def _may_tell(self, inbound: Inbound) -> bool:
+        """Whether the stranger may be answered now: each reply is a send the owner's own
+        streamed answers wait behind, so a stranger writing fast gets one per PAIRING_RETELL."""
+        now = self._now()
+        last = self._told.get(inbound.identity)
+        if last is not None and now - last < PAIRING_RETELL:
+            return False
+        if len(self._told) >= _TOLD_MAX:
+            self._told = {k: t for k, t in self._told.items() if now - t < PAIRING_RETELL}
+        self._told[inbound.identity] = now
+        return True

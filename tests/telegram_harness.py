@@ -133,9 +133,11 @@ async def running(
     kwargs = {} if paced else {"private_interval_s": FAST_INTERVAL_S, "group_interval_s": FAST_INTERVAL_S}
     adapter = adapter_for(settings, **kwargs, **(adapter_kwargs or {}))
     async with build(settings, [adapter]) as app:
+        await app.conversations.load_inbox()
         await adapter.start(app.conversations)
         try:
             await app.conversations.recover_deliveries()
+            await app.conversations.replay_inbox()
             yield Harness(app, adapter, tg, llm)
         finally:
             try:

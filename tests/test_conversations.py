@@ -7,6 +7,7 @@ import json
 import time
 from datetime import datetime, timedelta
 
+from bot.conversations import KEPT_NOTICE
 from tests.app_harness import OWNER_ID, running_app
 from tests.fakes.anthropic_script import Reply, Text, ToolUse, reply_text, reply_tools
 from tests.fakes.recording_adapter import group, private
@@ -212,7 +213,7 @@ async def test_new_resets_always_allow_grants(tmp_path, fake_api) -> None:
         assert await app.storage.grants("main") == set()
 
 
-async def test_shutdown_tells_queued_senders_instead_of_dropping_them(tmp_path, fake_api) -> None:
+async def test_shutdown_keeps_queued_messages_for_the_next_start(tmp_path, fake_api) -> None:
     fake_api.script(reply_tools(ToolUse("exec", {"command": "sleep 30"})))
     async with running_app(tmp_path, fake_api) as (app, adapter):
         await adapter.say(private(OWNER_ID, "long job"))
@@ -220,9 +221,21 @@ async def test_shutdown_tells_queued_senders_instead_of_dropping_them(tmp_path, 
         await adapter.say(private(OWNER_ID, "and this too"))
         await app.conversations.aclose()
         assert adapter.replies[0].cancelled
-        assert any("didn't get to this message" in text for _, text in adapter.notices)
+        assert adapter.notices[-1][1] == KEPT_NOTICE
         await adapter.say(private(OWNER_ID, "after close"))
-        assert "restarting" in adapter.notices[-1][1]
+        assert adapter.notices[-1][1] == KEPT_NOTICE
+        assert not any("send it again" in text for _, text in adapter.notices)
+        waiting = await app.storage.inbox_rows({"queued"})
+        assert [r.message.text for r in waiting] == ["and this too", "after close"]
+    async with running_app(tmp_path, fake_api) as (app, adapter):
+        assert await app.conversations.load_inbox() == 2
+        await app.conversations.replay_inbox()
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
+        await app.conversations.lanes.drain()
+        texts = [b["text"] for b in fake_api.requests[-1].json["messages"][-1]["content"]]
+        assert texts == ["and this too", "after close"]
+        assert len(fake_api.requests) == 2  # the stopped run is not asked again
+        assert await app.storage.inbox_rows({"received", "queued", "running"}) == []
 
 
 async def test_group_admin_commands_for_another_bot_are_ignored(tmp_path, fake_api) -> None:

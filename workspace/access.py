@@ -103,7 +103,7 @@ def check_session(session_key: str, scope: str) -> None:
 def skeleton(name: str) -> str:
     """What a name looks like: NFKC (fullwidth, ligatures, math letters → ASCII), invisible
     and combining characters and spaces dropped, case folded, Latin look-alikes mapped."""
-    text = unicodedata.normalize("NFKC", unicodedata.normalize("NFD", name))
+    text = unicodedata.normalize("NFKD", name)  # decomposed: accents become marks, dropped
     text = "".join(ch for ch in text if unicodedata.category(ch) not in _IGNORED_CATEGORIES)
     return unicodedata.normalize("NFKC", text.casefold()).translate(_CONFUSABLES)
 

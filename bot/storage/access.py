@@ -3,6 +3,7 @@ the owner allowed at runtime (added to the configured allowlists by the router).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import delete, func, select, text
@@ -15,6 +16,14 @@ from bot.storage.records import PairedUser, PairingCodeInUse, PairingRequest
 MAX_PENDING_PAIRINGS = 3
 """Live (unexpired) requests per platform; more are refused so strangers cannot flood the
 owner with codes."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedPairing:
+    request: PairingRequest | None
+    """None when MAX_PENDING_PAIRINGS requests are already live on the platform."""
+    created: bool
+    """True only for the call that created the request."""
 
 
 def _request(m: PairingRequestModel) -> PairingRequest:
@@ -37,6 +46,14 @@ class AccessRepository(RepositoryBase):
         back unchanged (same code), so asking twice never burns a slot. Expired requests
         are dropped here. Raises PairingCodeInUse if `code` is taken by a live request.
         Does not check whether the user is already paired (see is_paired)."""
+        opened = await self.open_pairing(platform, user_id, user_name, code, expires_at)
+        return opened.request
+
+    async def open_pairing(
+        self, platform: str, user_id: str, user_name: str, code: str, expires_at: datetime
+    ) -> OpenedPairing:
+        """`create_pairing`, also saying whether the request is new: the owner is told about
+        a code once, when it is created, however often its stranger writes."""
         now = self._now()
         async with self._tx() as s:
             await self._lock_platform(s, platform)
@@ -53,12 +70,12 @@ class AccessRepository(RepositoryBase):
                 )
             )
             if existing is not None:
-                return _request(existing)
+                return OpenedPairing(_request(existing), created=False)
             live = await s.scalar(
                 select(func.count()).where(PairingRequestModel.platform == platform)
             )
             if (live or 0) >= MAX_PENDING_PAIRINGS:
-                return None
+                return OpenedPairing(None, created=False)
             result = await s.execute(
                 self._insert(PairingRequestModel)
                 .values(
@@ -73,7 +90,7 @@ class AccessRepository(RepositoryBase):
             )
             if rowcount(result) != 1:
                 raise PairingCodeInUse(f"pairing code already in use on {platform}")
-            return PairingRequest(platform, user_id, user_name, code, now, expires_at)
+            return OpenedPairing(PairingRequest(platform, user_id, user_name, code, now, expires_at), created=True)
 
     async def find_pairing(self, platform: str, code: str) -> PairingRequest | None:
         """The live request with this code (codes compare exactly), or None."""
@@ -172,3 +189,4 @@ class AccessRepository(RepositoryBase):
                 select(AllowedGroupModel.chat_id).where(AllowedGroupModel.platform == platform)
             )
             return set(rows)
+

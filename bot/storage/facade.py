@@ -13,6 +13,7 @@ from bot.storage.base import Clock, utc_now
 from bot.storage.delivery import DeliveryRepository
 from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
+from bot.storage.inbox import InboxRepository
 from bot.storage.migrate import upgrade
 from bot.storage.runs import RunRepository
 from bot.storage.sessions import SessionRepository
@@ -25,6 +26,7 @@ class Storage(
     DeliveryRepository,
     AccessRepository,
     GroupContextRepository,
+    InboxRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.
 

@@ -224,3 +224,28 @@ class GroupMessageModel(Base):
     sender: Mapped[str] = mapped_column(String(255))
     text: Mapped[str] = mapped_column(Text)
     at: Mapped[datetime]
+
+
+class InboxModel(Base):
+    """Every accepted message, stored before it is acknowledged: received (not yet routed) →
+    queued (waiting for a run) → running (taken by `run_id`) → done."""
+
+    __tablename__ = "inbox"
+    __table_args__ = (Index(None, "state", "id"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_kind: Mapped[str] = mapped_column(String(16))
+    chat_id: Mapped[str] = mapped_column(String(64))
+    thread_id: Mapped[str | None] = mapped_column(String(64))
+    sender_id: Mapped[str] = mapped_column(String(64))
+    sender_name: Mapped[str] = mapped_column(String(255))
+    text: Mapped[str] = mapped_column(Text)
+    mentioned: Mapped[bool] = mapped_column(Boolean)
+    message_id: Mapped[str | None] = mapped_column(String(64))
+    update_id: Mapped[str | None] = mapped_column(String(128))
+    session_key: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    received_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
