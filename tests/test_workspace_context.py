@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -213,3 +214,57 @@ def test_unreadable_bytes_do_not_crash(tmp_path: Path) -> None:
     (tmp_path / "AGENTS.md").write_bytes(b"ok \xff\xfe bytes")
     ctx = build_context(tmp_path, "main", Scope.MAIN, NOW)
     assert "ok" in ctx.stable
+
+
+# --- the context builder follows the sub-scope allow-list --------------------------------
+
+
+@pytest.mark.parametrize("key", [GROUP, DM])
+def test_identity_file_linked_to_a_private_note_stays_out_of_a_sub_context(
+    tmp_path: Path, key: str
+) -> None:
+    _populate(tmp_path)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes/health.md").write_text("CANARY_HEALTH_note", encoding="utf-8")
+    (tmp_path / "AGENTS.md").unlink()
+    (tmp_path / "AGENTS.md").symlink_to(tmp_path / "notes/health.md")
+    (tmp_path / "skills/diary").mkdir()
+    (tmp_path / "notes/diary.md").write_text(
+        "---\nname: diary\ndescription: CANARY_SKILL_desc\n---\nbody\n", encoding="utf-8"
+    )
+    (tmp_path / "skills/diary/SKILL.md").symlink_to(tmp_path / "notes/diary.md")
+    sub = _all(build_context(tmp_path, key, Scope.SUB, NOW))
+    assert "CANARY_HEALTH_note" not in sub and "CANARY_SKILL_desc" not in sub
+    assert "- weather: Check the forecast" in sub and "# Soul" in sub
+    main = _all(build_context(tmp_path, "main", Scope.MAIN, NOW))
+    assert "CANARY_HEALTH_note" in main and "CANARY_SKILL_desc" in main
+
+
+@pytest.mark.parametrize(("key", "scope"), [("main", Scope.MAIN), (GROUP, Scope.SUB)])
+def test_hard_linked_or_outside_identity_files_are_left_out(
+    tmp_path: Path, key: str, scope: Scope
+) -> None:
+    root = tmp_path / "ws"
+    _populate(root)
+    (tmp_path / "outside.md").write_text("CANARY_OUTSIDE_file", encoding="utf-8")
+    (root / "SOUL.md").unlink()
+    os.link(root / "MEMORY.md", root / "SOUL.md")
+    (root / "IDENTITY.md").unlink()
+    (root / "IDENTITY.md").symlink_to(tmp_path / "outside.md")
+    text = _all(build_context(root, key, scope, NOW))
+    assert "CANARY_OUTSIDE_file" not in text and "## SOUL.md" not in text
+    if scope is Scope.SUB:
+        assert "CANARY_MEMORY_secret" not in text
+
+
+def test_a_huge_log_costs_a_bounded_read(tmp_path: Path) -> None:
+    path = log_path(tmp_path, GROUP, NOW.date())
+    path.parent.mkdir(parents=True)
+    with path.open("wb") as fh:
+        fh.truncate(64 * 1024 * 1024)  # sparse: 64 MiB of NULs on disk for free
+        fh.seek(0, 2)
+        fh.write(b"\nNEWEST_ENTRY\n")
+    ctx = build_context(tmp_path, GROUP, Scope.SUB, NOW)
+    assert "NEWEST_ENTRY" in ctx.volatile
+    assert f"of {64 * 1024 * 1024 + 14:,} bytes" in ctx.volatile
+    assert len(ctx.volatile) < FILE_CAP + 500
