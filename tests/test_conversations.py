@@ -7,6 +7,7 @@ import json
 import time
 from datetime import datetime, timedelta
 
+from agent_core.policy import GrantRule
 from bot.conversations import KEPT_NOTICE
 from tests.app_harness import OWNER_ID, running_app
 from tests.fakes.anthropic_script import Reply, Text, ToolUse, reply_text, reply_tools
@@ -207,10 +208,10 @@ def last_text(body: dict) -> str:
 
 async def test_new_resets_always_allow_grants(tmp_path, fake_api) -> None:
     async with running_app(tmp_path, fake_api) as (app, adapter):
-        await app.storage.add_grant("main", "exec")
+        await app.storage.add_grant(GrantRule("main", "exec", "ls"))
         await adapter.say(private(OWNER_ID, "/new"))
         assert "1 'always allow' permission(s) were reset" in adapter.notices[-1][1]
-        assert await app.storage.grants("main") == set()
+        assert await app.storage.grants("main") == []
 
 
 async def test_shutdown_keeps_queued_messages_for_the_next_start(tmp_path, fake_api) -> None:
@@ -232,8 +233,8 @@ async def test_shutdown_keeps_queued_messages_for_the_next_start(tmp_path, fake_
         await app.conversations.replay_inbox()
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
         await app.conversations.lanes.drain()
-        texts = [b["text"] for b in fake_api.requests[-1].json["messages"][-1]["content"]]
-        assert texts == ["and this too", "after close"]
+        last = fake_api.requests[-1].json["messages"][-1]["content"]
+        assert [b["text"] for b in last if b["type"] == "text"] == ["and this too", "after close"]
         assert len(fake_api.requests) == 2  # the stopped run is not asked again
         assert await app.storage.inbox_rows({"received", "queued", "running"}) == []
 
