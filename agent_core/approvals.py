@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
+import unicodedata
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from agent_core.events import ApprovalRequested, ApprovalResolved, Event
+from agent_core.policy import GrantRule
 from agent_core.ports import ApprovalRecord, ApprovalState, ApprovalStore
 from agent_core.risk import Risk
 
@@ -49,7 +52,51 @@ class ResolveResult:
     record: ApprovalRecord | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class GateOutcome:
+    decision: Decision
+    approver: str | None
+    """Who pressed the button (None for expiry or cancellation)."""
+
+
 Emit = Callable[[Event], Awaitable[None]]
+
+# Characters that can hide or rearrange what a terminal, a chat client or a text viewer
+# shows: C0/C1 controls (\r, \b, ESC sequences), format characters (bidi overrides and
+# isolates, zero-width characters, BOM), line/paragraph separators, lone surrogates, spaces
+# other than U+0020, and fillers that render as nothing.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs", "Cs"})
+_INVISIBLE_EXTRA = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+_KEEP = frozenset("\n\t ")
+_NAMED = {"\r": "\\r", "\x1b": "\\x1b", "\b": "\\b", "\x0b": "\\v", "\x0c": "\\f"}
+_SUSPECT = re.compile(r"[^\x20-\x7e\n\t]")
+
+
+def show_controls(text: str) -> str:
+    """`text` with every character that could hide what will run written as a visible
+    escape (\\r, \\x1b, \\u202e, \\u200b …); newlines, tabs and printable text unchanged.
+
+    Applied to every action an approver is shown, so a terminal, a chat card and an attached
+    file all display what will actually run."""
+    if _SUSPECT.search(text) is None:
+        return text
+    out = []
+    for ch in text:
+        if ch in _KEEP or not (
+            unicodedata.category(ch) in _INVISIBLE_CATEGORIES or ch in _INVISIBLE_EXTRA
+        ):
+            out.append(ch)
+            continue
+        code = ord(ch)
+        if ch in _NAMED:
+            out.append(_NAMED[ch])
+        elif code <= 0xFF:
+            out.append(f"\\x{code:02x}")
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
 
 
 class ApprovalGate:
@@ -67,6 +114,8 @@ class ApprovalGate:
         self._now = now
         self._waiting: dict[str, asyncio.Future[Decision]] = {}
         self._resolvers: dict[str, str | None] = {}
+        self._grant_rules: dict[str, GrantRule] = {}
+        """What "Always allow" stores for a waiting approval; absent → nothing is stored."""
 
     def may_decide(self, identity: str) -> bool:
         return identity in self._approvers
@@ -81,8 +130,31 @@ class ApprovalGate:
         risk: Risk,
         action: str,
         emit: Emit,
+        grant: GrantRule | None = None,
     ) -> Decision:
         """Persist a pending approval, announce it, and wait for the decision or expiry."""
+        outcome = await self.ask(
+            session_key=session_key, run_id=run_id, call_id=call_id, tool_name=tool_name,
+            risk=risk, action=action, emit=emit, grant=grant,
+        )
+        return outcome.decision
+
+    async def ask(
+        self,
+        *,
+        session_key: str,
+        run_id: str,
+        call_id: str,
+        tool_name: str,
+        risk: Risk,
+        action: str,
+        emit: Emit,
+        grant: GrantRule | None = None,
+    ) -> GateOutcome:
+        """`request`, also saying who decided. `action` is shown with its control characters
+        escaped; `grant` is the rule "Always allow" stores (None: the button grants nothing
+        beyond this call, e.g. exec in a group)."""
+        action = show_controls(action)
         created = self._now()
         record = ApprovalRecord(
             id=secrets.token_urlsafe(12),
@@ -97,6 +169,8 @@ class ApprovalGate:
         )
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._waiting[record.id] = future
+        if grant is not None:
+            self._grant_rules[record.id] = grant
         try:
             await self._store.create_approval(record)
             await emit(
@@ -113,11 +187,13 @@ class ApprovalGate:
                 await asyncio.shield(self._finish(record.id, Decision.CANCELLED, None))
                 await _emit_quietly(emit, ApprovalResolved(record.id, "cancelled", None))
                 raise
-            await emit(ApprovalResolved(record.id, decision.value, self._resolved_by(record.id)))
-            return decision
+            approver = self._resolved_by(record.id)
+            await emit(ApprovalResolved(record.id, decision.value, approver))
+            return GateOutcome(decision, approver)
         finally:
             self._waiting.pop(record.id, None)
             self._resolvers.pop(record.id, None)
+            self._grant_rules.pop(record.id, None)
 
     def _resolved_by(self, approval_id: str) -> str | None:
         return self._resolvers.get(approval_id)
@@ -144,8 +220,9 @@ class ApprovalGate:
         state: ApprovalState = decision.value  # type: ignore[assignment]
         if not await self._store.resolve_approval(approval_id, state, by, self._now()):
             return ResolveResult(ResolveOutcome.ALREADY_DECIDED, await self._store.get_approval(approval_id))
-        if decision is Decision.ALWAYS:
-            await self._store.add_grant(record.session_key, record.tool_name)
+        rule = self._grant_rules.get(approval_id)
+        if decision is Decision.ALWAYS and rule is not None:
+            await self._store.add_grant(rule, created_by=by)
         self._resolvers[approval_id] = by
         future = self._waiting.get(approval_id)
         if future is not None and not future.done():

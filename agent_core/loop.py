@@ -131,7 +131,7 @@ class AgentLoop:
             system = system_blocks(request.scope, context)
             tool_defs = tool_definitions(self._tools.schemas())
             ctx = self._tool_context(request)
-            grants = await self._store.grants(request.session_key)
+            grants: set[str] = set()  # unused: the runner looks up exact-input grant rules per call
             try:
                 await self._turns(request, model, system, tool_defs, messages, ctx, grants, state, emit)
             except _Stop as stop:

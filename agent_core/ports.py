@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from agent_core.events import Usage
+from agent_core.policy import Grant, GrantRule
 
 ApprovalState = Literal["pending", "once", "always", "deny", "expired", "cancelled"]
 
@@ -75,11 +76,16 @@ class ApprovalStore(Protocol):
 
     async def set_approval_chat_ref(self, approval_id: str, chat_ref: str) -> None: ...
 
-    async def add_grant(self, session_key: str, tool_name: str) -> None:
-        """'Always allow in this session' for one tool."""
+    async def add_grant(self, rule: GrantRule, *, created_by: str | None = None) -> Grant:
+        """'Always allow in this session' for one tool and one exact input. Idempotent:
+        an existing rule is returned unchanged."""
         ...
 
-    async def grants(self, session_key: str) -> set[str]: ...
+    async def has_grant(self, rule: GrantRule) -> bool: ...
+
+    async def grants(self, session_key: str | None = None) -> list[Grant]:
+        """The session's grant rules (every session's when None), oldest first."""
+        ...
 
 
 AuditKind = Literal["tool_call", "access", "pairing", "grant", "rate_limit", "command"]

@@ -1,27 +1,37 @@
 """Runs the tool calls of one model message: concurrently, each behind policy, approval and
-a timeout, every failure turned into an error result the model can read."""
+a timeout, every failure turned into an error result the model can read, every call audited."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agent_core.approvals import ApprovalGate, Decision
 from agent_core.events import Event, ToolFinished, ToolStarted
-from agent_core.ports import RunStore
-from agent_core.risk import DEFAULT_POLICY, Risk, Scope, Verdict
+from agent_core.policy import DEFAULT, GrantRule, Policy, Rules, canonical_json, grant_input
+from agent_core.ports import AuditEntry, AuditSink, RunStore
+from agent_core.risk import Risk, Scope, Verdict
+from agent_core.text import is_clean
+from agent_core.prompt import UNTRUSTED_RESULT_TOOLS, frame_untrusted
+from agent_core.scrub import redact_secrets, relative_paths
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S, Tool, ToolContext, ToolError, ToolRegistry, cap_output
 
 log = logging.getLogger(__name__)
 
 Emit = Callable[[Event], Awaitable[None]]
-Policy = Mapping[Scope, Mapping[Risk, Verdict]]
+PolicySource = Callable[[], Policy]
+CallCap = Callable[[ToolContext], int]
+"""Tool calls one run may make (0 = unlimited), e.g. from the live [limits] table."""
+
+_RUNS_TRACKED = 4096
+"""Per-run call counters kept (far above the concurrent runs; oldest forgotten first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +54,20 @@ class ToolOutcome:
         return block
 
 
+@dataclass(slots=True)
+class _Trail:
+    """What the audit entry of one call says, filled in as the call proceeds."""
+
+    detail: str = ""
+    decision: str = ""
+    approver: str | None = None
+    status: str = "error"
+
+
+class GrantLookup(Protocol):
+    async def has_grant(self, rule: GrantRule) -> bool: ...
+
+
 class ToolRunner:
     def __init__(
         self,
@@ -51,66 +75,125 @@ class ToolRunner:
         gate: ApprovalGate | None,
         store: RunStore,
         *,
-        policy: Policy = DEFAULT_POLICY,
+        policy: Policy | PolicySource | Mapping[Scope, Mapping[Risk, Verdict]] = DEFAULT,
         default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        audit: AuditSink | None = None,
+        grants: GrantLookup | None = None,
+        call_cap: CallCap | int = 0,
+        untrusted_results: Collection[str] = UNTRUSTED_RESULT_TOOLS,
     ) -> None:
+        """`policy` is read on every call (pass the live config's getter to hot-reload);
+        `grants` defaults to `store` when it can look grants up."""
         self._registry = registry
         self._gate = gate
         self._store = store
-        self._policy = policy
+        self._policy = _policy_source(policy)
         self._default_timeout_s = default_timeout_s
+        self._audit = audit
+        self._grants: GrantLookup | None = grants
+        if grants is None and hasattr(store, "has_grant"):
+            self._grants = store  # type: ignore[assignment]
+        self._call_cap: CallCap = call_cap if callable(call_cap) else (lambda _ctx, n=call_cap: n)
+        self._untrusted = frozenset(untrusted_results)
+        self._calls_per_run: OrderedDict[str, int] = OrderedDict()
 
-    def verdict(self, scope: Scope, tool: Tool[Any], grants: set[str]) -> Verdict:
-        verdict = self._policy[scope][tool.risk]
-        if verdict is Verdict.ASK and tool.name in grants:
-            return Verdict.ALLOW
+    @property
+    def policy(self) -> Policy:
+        return self._policy()
+
+    async def verdict(self, ctx: ToolContext, tool: Tool[Any], parsed: BaseModel) -> Verdict:
+        """Policy first, then a stored grant for this exact input may turn `ask` into `allow`."""
+        policy = self._policy()
+        verdict = policy.decide(ctx.scope, ctx.session_key, tool.name, tool.risk).verdict
+        if verdict is Verdict.ASK and self._grants is not None and policy.grant_may_apply(ctx.scope, tool.risk):
+            rule = GrantRule(ctx.session_key, tool.name, grant_input(tool.name, parsed))
+            if await self._grants.has_grant(rule):
+                return Verdict.ALLOW
         return verdict
 
     async def run_all(
-        self, calls: list[ToolCall], ctx: ToolContext, grants: set[str], emit: Emit
+        self, calls: list[ToolCall], ctx: ToolContext, grants: object, emit: Emit
     ) -> list[ToolOutcome]:
-        """Run every call concurrently; results come back in the order of `calls`."""
+        """Run every call concurrently; results come back in the order of `calls`.
+
+        `grants` is ignored (stored grant rules are looked up per call); it stays in the
+        signature for callers that still pass the session's grants."""
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
 
         async def one(index: int, call: ToolCall) -> None:
-            outcomes[index] = await self._run_one(call, ctx, grants, emit)
+            outcomes[index] = await self._run_one(call, ctx, emit)
 
         async with asyncio.TaskGroup() as group:
             for index, call in enumerate(calls):
                 group.create_task(one(index, call))
         return [o for o in outcomes if o is not None]
 
-    async def _run_one(
-        self, call: ToolCall, ctx: ToolContext, grants: set[str], emit: Emit
-    ) -> ToolOutcome:
+    async def _run_one(self, call: ToolCall, ctx: ToolContext, emit: Emit) -> ToolOutcome:
         tool = self._registry.get(call.name)
         risk = tool.risk if tool else Risk.READ
         await emit(ToolStarted(call.id, call.name, call.input, risk))
         await self._store.record_tool_call(ctx.run_id, call.id, call.name, call.input)
         started = time.monotonic()
+        trail = _Trail(detail=redact_secrets(_fallback_detail(call.input)))
         try:
-            outcome = await self._execute(tool, call, ctx, grants, emit)
+            outcome = await self._execute(tool, call, ctx, emit, trail)
         except asyncio.CancelledError:
-            await asyncio.shield(
-                self._store.finish_tool_call(call.id, "cancelled", True, time.monotonic() - started)
-            )
+            duration = time.monotonic() - started
+            await asyncio.shield(self._store.finish_tool_call(call.id, "cancelled", True, duration))
+            trail.status = "cancelled"
+            await asyncio.shield(self._record(call, ctx, trail, 0, duration))
             raise
         duration = time.monotonic() - started
         await self._store.finish_tool_call(call.id, outcome.content, outcome.is_error, duration)
+        await self._record(call, ctx, trail, len(outcome.content), duration)
         await emit(ToolFinished(call.id, call.name, outcome.is_error, outcome.content, duration))
         return outcome
 
-    async def _execute(
-        self,
-        tool: Tool[Any] | None,
-        call: ToolCall,
-        ctx: ToolContext,
-        grants: set[str],
-        emit: Emit,
-    ) -> ToolOutcome:
-        def error(message: str) -> ToolOutcome:
-            return ToolOutcome(call.id, message, True)
+    async def _record(self, call: ToolCall, ctx: ToolContext, trail: _Trail, size: int, duration: float) -> None:
+        if self._audit is None:
+            return
+        entry = AuditEntry(
+            kind="tool_call",
+            actor=ctx.requester or "system",
+            session_key=ctx.session_key,
+            subject=call.name,
+            detail=trail.detail,
+            decision=trail.decision,
+            approver=trail.approver,
+            status=trail.status,
+            size=size,
+            duration_s=duration,
+        )
+        try:
+            await self._audit.audit(entry)
+        except Exception:  # the sink promises not to raise; an audit bug must not fail a call
+            log.exception("audit.write_failed", extra={"tool": call.name})
 
+    def _over_cap(self, ctx: ToolContext) -> int:
+        """The cap if this call exceeds it, else 0. Counts every call of the run."""
+        key = ctx.run_id or ctx.session_key
+        count = self._calls_per_run.pop(key, 0) + 1
+        self._calls_per_run[key] = count
+        while len(self._calls_per_run) > _RUNS_TRACKED:
+            self._calls_per_run.popitem(last=False)
+        cap = self._call_cap(ctx)
+        return cap if cap and count > cap else 0
+
+    async def _execute(
+        self, tool: Tool[Any] | None, call: ToolCall, ctx: ToolContext, emit: Emit, trail: _Trail
+    ) -> ToolOutcome:
+        def error(message: str, status: str = "error") -> ToolOutcome:
+            trail.status = status
+            return ToolOutcome(call.id, relative_paths(message, ctx.workspace), True)
+
+        cap = self._over_cap(ctx)
+        if cap:
+            trail.decision = "deny"
+            return error(
+                f"Not run: this run reached its limit of {cap} tool calls ([limits] "
+                "tool_calls_per_run). Answer with what you have; the user can say 'continue'.",
+                "denied",
+            )
         if tool is None:
             available = ", ".join(self._registry.names()) or "none"
             return error(f"Unknown tool {call.name!r}. Available tools: {available}.")
@@ -118,17 +201,23 @@ class ToolRunner:
             parsed = tool.input_model.model_validate(call.input)
         except ValidationError as exc:
             return error(f"Invalid input for {tool.name}: {_validation_summary(exc)}")
+        normalised = grant_input(tool.name, parsed)
+        trail.detail = redact_secrets(normalised)
 
-        verdict = self.verdict(ctx.scope, tool, grants)
+        verdict = await self.verdict(ctx, tool, parsed)
+        trail.decision = verdict.value
         if verdict is Verdict.DENY:
             return error(
                 f"Denied by policy: {tool.name} (risk class {tool.risk.value}) is not allowed "
-                f"in this {'private' if ctx.scope is Scope.MAIN else 'shared'} session."
+                f"in this {'private' if ctx.scope is Scope.MAIN else 'shared'} session.",
+                "denied",
             )
         if verdict is Verdict.ASK:
             if self._gate is None:
-                return error(f"{tool.name} needs approval and no one can approve here.")
-            decision = await self._gate.request(
+                return error(f"{tool.name} needs approval and no one can approve here.", "denied")
+            rule = GrantRule(ctx.session_key, tool.name, normalised)
+            grantable = self._policy().grant_may_apply(ctx.scope, tool.risk) and is_clean(normalised)
+            answer = await self._gate.ask(
                 session_key=ctx.session_key,
                 run_id=ctx.run_id,
                 call_id=call.id,
@@ -136,25 +225,47 @@ class ToolRunner:
                 risk=tool.risk,
                 action=tool.action_text(parsed),
                 emit=emit,
+                grant=rule if grantable else None,
             )
-            if decision is Decision.ALWAYS:
-                grants.add(tool.name)
-            if not decision.allows:
-                reason = "the approval expired" if decision is Decision.EXPIRED else "the user denied it"
-                return error(f"Not run: {reason}. Do not retry the same action unless asked.")
+            trail.approver = answer.approver
+            if not answer.decision.allows:
+                expired = answer.decision is Decision.EXPIRED
+                reason = "the approval expired" if expired else "the user denied it"
+                return error(f"Not run: {reason}. Do not retry the same action unless asked.", "denied")
 
         timeout_s = tool.timeout_s if tool.timeout_s is not None else self._default_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
                 output = await tool.func(parsed, ctx)
         except TimeoutError:
-            return error(f"{tool.name} timed out after {timeout_s:g} s and was stopped.")
+            return error(f"{tool.name} timed out after {timeout_s:g} s and was stopped.", "timeout")
         except ToolError as exc:
             return error(cap_output(str(exc)))
         except Exception as exc:
             log.warning("tool.failed", extra={"tool": tool.name}, exc_info=True)
             return error(cap_output(f"{tool.name} failed: {type(exc).__name__}: {exc}"))
-        return ToolOutcome(call.id, cap_output(output if isinstance(output, str) else str(output)), False)
+        trail.status = "ok"
+        text = cap_output(output if isinstance(output, str) else str(output))
+        if tool.name in self._untrusted:
+            text = frame_untrusted(text, tool.name)
+        return ToolOutcome(call.id, text, False)
+
+
+def _policy_source(policy: Policy | PolicySource | Mapping[Scope, Mapping[Risk, Verdict]]) -> PolicySource:
+    if isinstance(policy, Policy):
+        return lambda: policy
+    if callable(policy):
+        return policy
+    # A plain {scope: {risk: verdict}} table, as risk.DEFAULT_POLICY.
+    fixed = Policy(main=Rules(risks=dict(policy[Scope.MAIN])), sub=Rules(risks=dict(policy[Scope.SUB])))
+    return lambda: fixed
+
+
+def _fallback_detail(raw: dict[str, Any]) -> str:
+    try:
+        return canonical_json(raw)
+    except (TypeError, ValueError):
+        return repr(raw)
 
 
 def _validation_summary(exc: ValidationError) -> str:

@@ -90,25 +90,46 @@ async def test_expiry_denies_and_reports(fake_api, tmp_path) -> None:
         await core.storage.aclose()
 
 
-async def test_always_allow_grants_the_tool_for_the_session(core: CoreHarness) -> None:
+async def test_always_allow_covers_only_the_exact_input(core: CoreHarness) -> None:
     core.fake.script(
         reply_tools(ToolUse("danger", {"text": "a"})),
+        reply_tools(ToolUse("danger", {"text": "a"})),
         reply_tools(ToolUse("danger", {"text": "b"})),
-        reply_text("both done"),
+        reply_text("all done"),
     )
     asked = []
 
     async def decide(event: ApprovalRequested) -> None:
-        asked.append(event)
-        await core.gate.resolve(event.approval_id, Decision.ALWAYS, OWNER)
+        asked.append(event.action)
+        decision = Decision.ALWAYS if event.action == "danger a" else Decision.ONCE
+        await core.gate.resolve(event.approval_id, decision, OWNER)
 
     await run_deciding(core, "do", decide)
-    assert core.executed == ["a", "b"] and len(asked) == 1
-    assert "danger" in await core.storage.grants("main")
-    # the grant is stored: a later run of the same session does not ask again
-    core.fake.script(reply_tools(ToolUse("danger", {"text": "c"})), reply_text("x"))
+    # "a" was asked once and then granted; "b" is another input, so it is asked again
+    assert core.executed == ["a", "a", "b"] and asked == ["danger a", "danger b"]
+    [grant] = await core.storage.grants("main")
+    assert (grant.rule.tool_name, grant.rule.input, grant.created_by) == ("danger", '{"text":"a"}', OWNER)
+    # the rule is stored: a later run of the same session does not ask again for "a"
+    core.fake.script(reply_tools(ToolUse("danger", {"text": "a"})), reply_text("x"))
     await run_deciding(core, "do", decide)
-    assert core.executed == ["a", "b", "c"] and len(asked) == 1
+    assert core.executed == ["a", "a", "b", "a"] and len(asked) == 2
+
+
+async def test_control_characters_in_an_action_are_shown_escaped(core: CoreHarness) -> None:
+    hidden = "echo hidden; : \r\x1b[2Kls -la \u202etxt.exe\u200b"
+    core.fake.script(reply_tools(ToolUse("danger", {"text": hidden})), reply_text("ok"))
+    seen: list[ApprovalRequested] = []
+
+    async def decide(event: ApprovalRequested) -> None:
+        seen.append(event)
+        await core.gate.resolve(event.approval_id, Decision.DENY, OWNER)
+
+    await run_deciding(core, "do", decide)
+    shown = "danger echo hidden; : \\r\\x1b[2Kls -la \\u202etxt.exe\\u200b"
+    assert seen[0].action == shown
+    stored = await core.storage.get_approval(seen[0].approval_id)
+    assert stored is not None and stored.action == shown
+    assert not any(ch in stored.action for ch in "\r\x1b\u202e\u200b")
 
 
 async def test_two_approvals_pending_in_one_turn(core: CoreHarness) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from agent_core.policy import GrantRule
 from agent_core.ports import ApprovalRecord, ApprovalState
 from bot.storage import Storage
 
@@ -111,11 +112,44 @@ async def test_concurrent_sweepers_never_expire_twice(storage: Storage, clock: F
     assert sorted(ids) == sorted(f"a{i}" for i in range(8))  # each exactly once
 
 
-async def test_grants_are_idempotent_and_per_session(storage: Storage) -> None:
-    assert await storage.grants("main") == set()
-    await storage.add_grant("main", "exec")
-    await storage.add_grant("main", "exec")
-    await storage.add_grant("main", "write_file")
-    await storage.add_grant("group:telegram:1", "web_fetch")
-    assert await storage.grants("main") == {"exec", "write_file"}
-    assert await storage.grants("group:telegram:1") == {"web_fetch"}
+async def test_grant_rules_are_idempotent_and_per_session(storage: Storage) -> None:
+    assert await storage.grants("main") == []
+    first = await storage.add_grant(GrantRule("main", "exec", "echo harmless"), created_by="telegram:1")
+    again = await storage.add_grant(GrantRule("main", "exec", "echo harmless"), created_by="telegram:2")
+    assert again == first and first.created_by == "telegram:1"
+    await storage.add_grant(GrantRule("main", "write_file", '{"content":"x","path":"a.md"}'))
+    await storage.add_grant(GrantRule("group:telegram:1", "web_fetch", '{"url":"https://example.org"}'))
+    assert [g.rule.tool_name for g in await storage.grants("main")] == ["exec", "write_file"]
+    assert [g.rule.session_key for g in await storage.grants()] == ["main", "main", "group:telegram:1"]
+    assert await storage.count_grants("main") == 2
+
+
+async def test_a_grant_matches_its_exact_input_only(storage: Storage) -> None:
+    await storage.add_grant(GrantRule("main", "exec", "echo harmless"))
+    assert await storage.has_grant(GrantRule("main", "exec", "echo harmless"))
+    for other in ("echo harmless; rm -rf x", "echo  harmless", "echo harmless ", "ECHO harmless", ""):
+        assert not await storage.has_grant(GrantRule("main", "exec", other)), other
+    assert not await storage.has_grant(GrantRule("dm:telegram:5", "exec", "echo harmless"))
+    assert not await storage.has_grant(GrantRule("main", "write_file", "echo harmless"))
+
+
+async def test_a_long_input_is_a_rule_of_its_own(storage: Storage) -> None:
+    long = "printf '%s' " + "x" * 20_000
+    await storage.add_grant(GrantRule("main", "exec", long))
+    assert await storage.has_grant(GrantRule("main", "exec", long))
+    assert not await storage.has_grant(GrantRule("main", "exec", long + "y"))
+    [grant] = await storage.grants("main")
+    assert grant.rule.input == long  # stored in full, never truncated
+
+
+async def test_revoke_and_clear(storage: Storage) -> None:
+    a = await storage.add_grant(GrantRule("main", "exec", "ls"))
+    b = await storage.add_grant(GrantRule("main", "exec", "pwd"))
+    await storage.add_grant(GrantRule("group:telegram:1", "web_fetch", "{}"))
+    assert await storage.revoke_grant(a.id) == a
+    assert await storage.revoke_grant(a.id) is None
+    assert not await storage.has_grant(a.rule)
+    assert [g.id for g in await storage.grants("main")] == [b.id]
+    assert await storage.clear_grants("main") == 1
+    assert await storage.grants("main") == []
+    assert await storage.count_grants("group:telegram:1") == 1

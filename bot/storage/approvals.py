@@ -1,11 +1,15 @@
-"""Approvals (with atomic, idempotent resolution and expiry) and per-session tool grants."""
+"""Approvals (with atomic, idempotent resolution and expiry) and grant rules (session + tool +
+exact input)."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 
+from agent_core.policy import Grant, GrantRule
 from agent_core.ports import ApprovalRecord, ApprovalState
 from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import ApprovalModel, GrantModel
@@ -115,23 +119,61 @@ class ApprovalRepository(RepositoryBase):
             )
             return sorted((_approval_record(m) for m in rows), key=lambda r: r.created_at)
 
-    # -- grants ("Always allow in this session") -------------------------------------------
+    # -- grants ("Always allow in this session": one session, tool and exact input) ---------
 
-    async def add_grant(self, session_key: str, tool_name: str) -> None:
-        """Idempotent."""
+    async def add_grant(self, rule: GrantRule, *, created_by: str | None = None) -> Grant:
+        """Store the rule; idempotent (an existing rule is returned as it was)."""
+        digest = _input_hash(rule.input)
         async with self._tx() as s:
             await s.execute(
                 self._insert(GrantModel)
-                .values(session_key=session_key, tool_name=tool_name, created_at=self._now())
-                .on_conflict_do_nothing(index_elements=["session_key", "tool_name"])
+                .values(
+                    session_key=rule.session_key,
+                    tool_name=rule.tool_name,
+                    input_hash=digest,
+                    input=rule.input,
+                    created_at=self._now(),
+                    created_by=created_by,
+                )
+                .on_conflict_do_nothing(index_elements=["session_key", "tool_name", "input_hash"])
             )
+            row = await s.scalar(select(GrantModel).where(*_rule_matches(rule, digest)))
+            assert row is not None
+            return _grant(row)
 
-    async def grants(self, session_key: str) -> set[str]:
+    async def has_grant(self, rule: GrantRule) -> bool:
+        """True only for a stored rule with this exact input (the hash finds it, the
+        stored input confirms it byte for byte)."""
         async with self._tx() as s:
-            rows = await s.scalars(
-                select(GrantModel.tool_name).where(GrantModel.session_key == session_key)
+            row = await s.scalar(select(GrantModel.input).where(*_rule_matches(rule, _input_hash(rule.input))))
+            return row is not None and row == rule.input
+
+    async def grants(self, session_key: str | None = None) -> list[Grant]:
+        """The session's rules (every session's when None), oldest first."""
+        query = select(GrantModel).order_by(GrantModel.id)
+        if session_key is not None:
+            query = query.where(GrantModel.session_key == session_key)
+        async with self._tx() as s:
+            return [_grant(m) for m in await s.scalars(query)]
+
+    async def count_grants(self, session_key: str) -> int:
+        async with self._tx() as s:
+            count = await s.scalar(
+                select(func.count()).select_from(GrantModel).where(GrantModel.session_key == session_key)
             )
-            return set(rows)
+            return int(count or 0)
+
+    async def revoke_grant(self, grant_id: int) -> Grant | None:
+        """Delete one rule by id; returns it, or None if there was none."""
+        async with self._tx() as s:
+            row = await s.get(GrantModel, grant_id)
+            if row is None:
+                return None
+            grant = _grant(row)
+            await s.execute(
+                delete(GrantModel).where(GrantModel.id == grant_id).execution_options(synchronize_session=False)
+            )
+            return grant
 
     async def clear_grants(self, session_key: str) -> int:
         """Forget every 'always allow' of the session (on /new); returns how many."""
@@ -142,3 +184,24 @@ class ApprovalRepository(RepositoryBase):
                 .execution_options(synchronize_session=False)
             )
             return rowcount(result)
+
+
+def _input_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _rule_matches(rule: GrantRule, digest: str) -> list[Any]:
+    return [
+        GrantModel.session_key == rule.session_key,
+        GrantModel.tool_name == rule.tool_name,
+        GrantModel.input_hash == digest,
+    ]
+
+
+def _grant(m: GrantModel) -> Grant:
+    return Grant(
+        id=m.id,
+        rule=GrantRule(m.session_key, m.tool_name, m.input),
+        created_at=m.created_at,
+        created_by=m.created_by,
+    )
