@@ -22,6 +22,9 @@ from agent_core.risk import Scope
 from agent_core.tool_runner import ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.conversations import Conversations
+from bot.logs import RedactSecrets
+from bot.ratelimits import RateLimiter
+from bot.roles import AccessManager
 from bot.router import Router
 from bot.settings import Settings
 from bot.storage import Storage
@@ -103,6 +106,7 @@ async def build(
         ensure_workspace(root)
         storage = await Storage.open(settings.db_url)
         stack.push_async_callback(storage.aclose)
+        storage.use_redactor(RedactSecrets(settings.secrets).redact)  # no secret in the audit trail
         if recover:
             for run in await storage.mark_interrupted_runs():
                 log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
@@ -126,7 +130,7 @@ async def build(
 
         registry = ToolRegistry(default_tools(exec_max_timeout_s=settings.agent.exec_max_timeout_s))
         gate = ApprovalGate(
-            storage, approvers=[*settings.owners, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s
+            storage, approvers=[*settings.owners, *settings.approvers, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s
         )
         expired_at_start = await gate.expire_orphans() if recover else []
         for record in expired_at_start:
@@ -168,6 +172,7 @@ async def build(
                 "discord": settings.discord.allowed_channels,
             },
         )
+        config_groups = {"telegram": settings.telegram.allowed_groups, "discord": settings.discord.allowed_channels}
         conversations = Conversations(
             storage=storage,
             router=router,
@@ -178,6 +183,11 @@ async def build(
             models=[settings.agent.model, *settings.agent.fallback_models],
             queue_mode=settings.agent.queue_mode,
             max_concurrent_runs=settings.agent.max_concurrent_runs,
+            # Read on every message, so a hot-reloaded [limits] applies to the next one.
+            limiter=RateLimiter(storage, storage, lambda: settings.limits),
+            access=AccessManager(
+                storage, storage, owners=settings.owners, approvers=settings.approvers, config_groups=config_groups
+            ),
         )
         stack.push_async_callback(conversations.aclose)
         yield Roost(settings, storage, conversations, agent, gate, memory, lazy, expired_at_start)

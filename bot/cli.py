@@ -10,6 +10,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from bot import cli_access, cli_audit
 from bot.settings import ConfigError, Settings, load_settings
 
 EXIT_CONFIG = 2
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "doctor": _doctor,
         "pairing": _pairing,
         "memory": _memory,
+        "access": cli_access.run,
+        "audit": cli_audit.run,
     }[args.command]
     try:
         return asyncio.run(handler(settings, args))
@@ -67,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     memory = sub.add_parser("memory", help="memory index maintenance")
     memory_sub = memory.add_subparsers(dest="action", required=True)
     memory_sub.add_parser("reindex", help="rebuild the memory search index from the files")
+    cli_access.add_parser(sub)
+    cli_audit.add_parser(sub)
     return parser
 
 

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Button
 from agent_core.inbound import Inbound, ReplyTarget
+from agent_core.ports import AuditEntry
 from agent_core.risk import Scope
 from agent_core.transcript import repair
 from bot.commands import HELP, Command, estimate_cost
+from bot.roles import AccessManager, GroupCommandPolicy, parse_target
 from bot.router import Accept
 
 if TYPE_CHECKING:
@@ -21,12 +23,81 @@ log = logging.getLogger(__name__)
 class CommandHandlers:
     def __init__(self, conversations: Conversations) -> None:
         self._c = conversations
+        c = conversations
+        self.access = c.access or AccessManager(c.storage, c.storage, owners=c.router.owners)
+        self.group_policy = GroupCommandPolicy(c.router.is_owner_identity, c.is_group_admin)
 
     async def run(self, command: Command, inbound: Inbound, route: Accept) -> str:
         handler = getattr(self, f"_cmd_{command.name}", None)
         if handler is None:
             return f"Unknown command /{command.name}. Send /help to see what I understand."
+        if inbound.chat_kind == "group":
+            starters = self._c.run_starters.get(route.session_key, frozenset())
+            refusal = await self.group_policy.refusal(command, inbound, starters)
+            if refusal is not None:
+                await self.audit_access(inbound, f"/{command.name}", "denied", route.session_key, kind="command")
+                return refusal
         return await handler(command, inbound, route)
+
+    async def audit_access(
+        self, inbound: Inbound, subject: str, decision: str, session_key: str | None = None,
+        *, kind: str = "access", detail: str = "",
+    ) -> None:
+        """An access decision about this message's sender, for the audit trail."""
+        where = f"{inbound.platform} {inbound.chat_kind} {inbound.chat_id}"
+        await self._c.storage.audit(
+            AuditEntry(
+                kind=kind,  # type: ignore[arg-type]
+                actor=inbound.identity,
+                session_key=session_key,
+                subject=subject,
+                detail=f"{where}; {detail}" if detail else where,
+                decision=decision,
+            )
+        )
+
+    async def audit_stranger(self, inbound: Inbound, code: str | None) -> None:
+        """A stranger wrote privately: denied, with a pairing code (or none, too many wait)."""
+        decision = "pairing requested" if code is not None else "denied"
+        detail = "" if code is not None else "too many pairing requests pending"
+        await self.audit_access(inbound, "private chat", decision, kind="pairing", detail=detail)
+
+    def _owner_in_private(self, command: Command, inbound: Inbound, route: Accept) -> str | None:
+        if not route.is_owner:
+            return f"Only my owner can use /{command.name}."
+        if inbound.chat_kind != "private":
+            return f"Use /{command.name} in our private chat."
+        return None
+
+    async def _cmd_allow(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        """In a private chat (in groups, /allow is `group_admin`): pair a user or allow a group."""
+        refusal = self._owner_in_private(command, inbound, route)
+        if refusal is not None:
+            return refusal
+        try:
+            target = parse_target(command.args)
+        except ValueError as exc:
+            return f"{exc}. Example: /allow telegram:42 or /allow group telegram:-1001234."
+        return await self.access.allow(target, inbound.identity)
+
+    async def _cmd_revoke(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        refusal = self._owner_in_private(command, inbound, route)
+        if refusal is not None:
+            return refusal
+        try:
+            target = parse_target(command.args)
+        except ValueError as exc:
+            return f"{exc}. Example: /revoke telegram:42 or /revoke group telegram:-1001234."
+        return await self.access.revoke(target, inbound.identity)
+
+    async def _cmd_audit(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        refusal = self._owner_in_private(command, inbound, route)
+        if refusal is not None:
+            return refusal
+        rows = await self._c.storage.audit_entries(limit=20)
+        if not rows:
+            return "The audit trail is empty."
+        return "Last audit entries (UTC), oldest first:\n" + "\n".join(r.line() for r in rows)
 
     async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
         who = "This is your private main session." if route.is_owner else "This is an isolated session."
@@ -104,6 +175,9 @@ class CommandHandlers:
         paired = await self._c.storage.approve_pairing(platform, code)
         if paired is None:
             return f"No pending pairing code {code!r} on {platform} (wrong, expired or already used)."
+        await self._c.storage.audit(
+            AuditEntry(kind="pairing", actor=identity, subject=f"{platform}:{paired.user_id}", decision="approved")
+        )
         await self._notify_user(platform, paired.user_id, "You're paired — send me a message any time.")
         return f"Paired {paired.user_name or paired.user_id} on {platform}."
 
@@ -113,11 +187,14 @@ class CommandHandlers:
             return False  # /allow@another_bot is not for us
         target = ReplyTarget.of(inbound)
         adapter = self._c.adapters.get(inbound.platform)
+        group = f"group {inbound.platform}:{inbound.chat_id}"
         if not self._c.router.is_owner(inbound):
             reply = "Only my owner can change where I answer."
+            await self.audit_access(inbound, f"/{command.name} {group}", "denied", kind="command")
         elif command.name == "allow":
             await self._c.storage.allow_group(inbound.platform, inbound.chat_id)
             reply = "I'll answer in this group when mentioned."
+            await self.audit_access(inbound, group, "allowed")
         elif self._c.router.statically_allowed(inbound):
             reply = (
                 "This group is allowed by the configuration (ROOST_TELEGRAM__ALLOWED_GROUPS); "
@@ -126,6 +203,7 @@ class CommandHandlers:
         else:
             await self._c.storage.disallow_group(inbound.platform, inbound.chat_id)
             reply = "I won't answer in this group any more."
+            await self.audit_access(inbound, group, "revoked")
         if adapter is not None:
             await adapter.send_text(target, reply)
         return True

@@ -16,6 +16,12 @@ GROUP_COMMANDS: dict[str, str] = {
     "allow": "owner only: let me answer in this group",
     "disallow": "owner only: stop answering in this group",
 }
+OWNER_COMMANDS: dict[str, str] = {
+    "allow": "owner, private chat: /allow telegram:42 (a user) or /allow group telegram:-100… (a group)",
+    "revoke": "owner, private chat: /revoke telegram:42 or /revoke group telegram:-100…",
+    "audit": "owner, private chat: the last 20 entries of the audit trail",
+}
+"""Not registered with the platform's command menu: only the owner can use them."""
 
 HELP = "\n".join(
     [
@@ -27,6 +33,7 @@ HELP = "\n".join(
         "Commands:",
         *[f"/{name} — {text}" for name, text in COMMANDS.items()],
         *[f"/{name} — {text}" for name, text in GROUP_COMMANDS.items()],
+        *[f"/{name} — {text}" for name, text in OWNER_COMMANDS.items()],
     ]
 )
 

@@ -24,6 +24,8 @@ from agent_core.text import clean_text
 from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
 from bot.lanes import LaneFull, Lanes, LanesClosed
+from bot.ratelimits import RateLimiter
+from bot.roles import AccessManager, IsAdmin
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
 from bot.session_keys import scope_of
 from bot.storage import Storage
@@ -111,6 +113,9 @@ class Conversations:
         queue_mode: str = "collect",
         max_concurrent_runs: int = 16,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        limiter: RateLimiter | None = None,
+        access: AccessManager | None = None,
+        is_group_admin: IsAdmin | None = None,
     ) -> None:
         self.storage = storage
         self.router = router
@@ -120,6 +125,11 @@ class Conversations:
         self.workspace = workspace
         self.models = models
         self._now = now
+        self.limiter = limiter
+        self.access = access
+        self.is_group_admin = is_group_admin
+        self.run_starters: dict[str, frozenset[str]] = {}
+        """Who asked for each session's running run: in a group, they may /stop it."""
         self.lanes: Lanes[Pending] = Lanes(
             self._run_batch, mode=queue_mode, max_concurrent=max_concurrent_runs  # type: ignore[arg-type]
         )
@@ -163,16 +173,27 @@ class Conversations:
         route = await self.router.route(inbound)
         match route:
             case NeedsPairing(code=code, new=new, tell_sender=tell_sender):
+                await self.commands.audit_stranger(inbound, code)
                 if tell_sender:
                     await self._notify(inbound, self.commands.pairing_text(code))
                 if code is not None and new:  # once per code, however often the stranger writes
                     await self.commands.tell_owner_about_pairing(inbound, code)
-            case Buffered() | Ignored():
+            case Ignored(reason=reason):
+                if inbound.mentioned:  # someone addressed the bot: a denial worth recording
+                    await self.commands.audit_access(inbound, "group", "denied", detail=reason)
+                return False
+            case Buffered():
                 return False
             case Accept():
                 if command is not None:
                     await self._notify(inbound, await self.commands.run(command, inbound, route))
                     return False
+                if self.limiter is not None:  # rate limits and the daily token budget
+                    limited = await self.limiter.check(inbound, route.session_key, is_owner=route.is_owner)
+                    if limited is not None:
+                        if limited.notice is not None:  # told once per window
+                            await self._notify(inbound, limited.notice)
+                        return False
                 return await self._accept(inbound, route, inbox_id)
         return False
 
@@ -309,6 +330,7 @@ class Conversations:
         # that message counts as answered, any other goes back to the queue.
         await self.storage.take_inbound(_inbox_ids(items), request.run_id)
         sink = adapter.open_reply(target)
+        self.run_starters[key] = frozenset(p.inbound.identity for p in items)
         outcome: RunFinished | RunFailed | None = None
         cancelled = False
         try:
@@ -322,6 +344,7 @@ class Conversations:
             cancelled = True
             raise
         finally:
+            self.run_starters.pop(key, None)
             await asyncio.shield(self._finish(sink, key, items, outcome, cancelled))
 
     async def _finish(

@@ -1,13 +1,41 @@
 """The `[limits]` table of roost.toml: rate limits and the daily token budget. Hot-reloaded.
 
-Skeleton: the rate limiter fills this in (messages per minute, runs per hour, tool calls per
-run, daily token budget; per user and per group; owner exempt by default).
+```toml
+[limits]
+owner_exempt = true            # the owner is never limited unless this is false
+
+[limits.user]                  # each paired user (and each member, counted across chats)
+messages_per_minute = 20
+runs_per_hour = 60
+daily_tokens = 300000          # input + output tokens of the user's own sessions per local day
+
+[limits.group]                 # each group (all its topics together)
+messages_per_minute = 30
+runs_per_hour = 60
+daily_tokens = 1000000
+```
+
+0 turns a limit off. Environment: `ROOST_LIMITS__USER__DAILY_TOKENS=0` and so on.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ScopeLimits(BaseModel):
+    """Limits for one user or one group; 0 means unlimited."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    messages_per_minute: int = Field(20, ge=0)
+    runs_per_hour: int = Field(60, ge=0)
+    daily_tokens: int = Field(300_000, ge=0)
 
 
 class LimitSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    owner_exempt: bool = True
+    user: ScopeLimits = ScopeLimits()
+    group: ScopeLimits = ScopeLimits(messages_per_minute=30, runs_per_hour=60, daily_tokens=1_000_000)

@@ -98,6 +98,8 @@ class Settings(BaseSettings):
     database_url: str | None = None
     workspace: Path | None = None
     owners: list[str] = []
+    approvers: list[str] = []
+    """Who may press approval buttons besides the owners (ROOST_APPROVERS)."""
     agent: AgentSettings = AgentSettings()
     telegram: TelegramSettings = TelegramSettings()
     discord: DiscordSettings = DiscordSettings()
@@ -125,7 +127,7 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("owners")
+    @field_validator("owners", "approvers")
     @classmethod
     def _owner_format(cls, owners: list[str]) -> list[str]:
         for owner in owners:

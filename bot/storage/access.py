@@ -190,3 +190,46 @@ class AccessRepository(RepositoryBase):
             )
             return set(rows)
 
+    # -- runtime access management (roost access, /allow, /revoke) ---------------------------
+
+    async def pair_user(self, platform: str, user_id: str, user_name: str = "") -> bool:
+        """Let a user talk to the bot without a pairing code; True if they were not paired."""
+        async with self._tx() as s:
+            result = await s.execute(
+                self._insert(PairedUserModel)
+                .values(platform=platform, user_id=user_id, user_name=user_name, paired_at=self._now())
+                .on_conflict_do_nothing(index_elements=["platform", "user_id"])
+            )
+            return rowcount(result) == 1
+
+    async def unpair_user(self, platform: str, user_id: str) -> bool:
+        """Withdraw a paired user's access (and any pairing request they left); True if
+        they were paired. Their next message is treated as a stranger's."""
+        async with self._tx() as s:
+            await s.execute(
+                delete(PairingRequestModel)
+                .where(PairingRequestModel.platform == platform, PairingRequestModel.user_id == user_id)
+                .execution_options(synchronize_session=False)
+            )
+            result = await s.execute(
+                delete(PairedUserModel)
+                .where(PairedUserModel.platform == platform, PairedUserModel.user_id == user_id)
+                .execution_options(synchronize_session=False)
+            )
+            return rowcount(result) == 1
+
+    async def paired_users(self) -> list[PairedUser]:
+        """Every paired user on every platform, in pairing order."""
+        async with self._tx() as s:
+            rows = await s.scalars(
+                select(PairedUserModel).order_by(PairedUserModel.paired_at, PairedUserModel.user_id)
+            )
+            return [PairedUser(m.platform, m.user_id, m.user_name, m.paired_at) for m in rows]
+
+    async def runtime_groups(self) -> list[tuple[str, str, datetime]]:
+        """(platform, chat id, allowed at) of every group allowed at runtime, oldest first."""
+        async with self._tx() as s:
+            rows = await s.scalars(
+                select(AllowedGroupModel).order_by(AllowedGroupModel.added_at, AllowedGroupModel.chat_id)
+            )
+            return [(m.platform, m.chat_id, m.added_at) for m in rows]

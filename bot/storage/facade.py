@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.storage.access import AccessRepository
 from bot.storage.approvals import ApprovalRepository
+from bot.storage.audit import AuditRepository
 from bot.storage.base import Clock, utc_now
 from bot.storage.delivery import DeliveryRepository
 from bot.storage.engine import create_engine
@@ -17,6 +18,7 @@ from bot.storage.inbox import InboxRepository
 from bot.storage.migrate import upgrade
 from bot.storage.runs import RunRepository
 from bot.storage.sessions import SessionRepository
+from bot.storage.usage import UsageRepository
 
 
 class Storage(
@@ -26,6 +28,8 @@ class Storage(
     DeliveryRepository,
     AccessRepository,
     GroupContextRepository,
+    AuditRepository,
+    UsageRepository,
     InboxRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.

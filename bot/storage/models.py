@@ -155,19 +155,11 @@ class ApprovalModel(Base):
 
 
 class GrantModel(Base):
-    """'Always allow in this session' as a rule: one session, one tool, one exact input
-    (migration 0005). `input_hash` (SHA-256 of `input`) keeps the unique key short."""
-
     __tablename__ = "grants"
-    __table_args__ = (UniqueConstraint("session_key", "tool_name", "input_hash"),)
 
-    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
-    session_key: Mapped[str] = mapped_column(String(255))
-    tool_name: Mapped[str] = mapped_column(String(128))
-    input_hash: Mapped[str] = mapped_column(String(64))
-    input: Mapped[str] = mapped_column(Text)
+    session_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    tool_name: Mapped[str] = mapped_column(String(128), primary_key=True)
     created_at: Mapped[datetime]
-    created_by: Mapped[str | None] = mapped_column(String(128))
 
 
 class SeenUpdateModel(Base):
@@ -257,3 +249,23 @@ class InboxModel(Base):
     run_id: Mapped[str | None] = mapped_column(String(64))
     received_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class AuditModel(Base):
+    """The audit trail: tool calls and access decisions. Append-only; text already redacted."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index(None, "at"), Index(None, "session_key", "at"))
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    at: Mapped[datetime]
+    kind: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(128))
+    session_key: Mapped[str | None] = mapped_column(String(255))
+    subject: Mapped[str] = mapped_column(String(255))
+    detail: Mapped[str] = mapped_column(Text)
+    decision: Mapped[str] = mapped_column(String(32))
+    approver: Mapped[str | None] = mapped_column(String(128))
+    status: Mapped[str | None] = mapped_column(String(16))
+    size: Mapped[int | None] = mapped_column(Integer)
+    duration_s: Mapped[float | None] = mapped_column(Float)
