@@ -22,6 +22,7 @@ from agent_core.risk import Scope
 from agent_core.tool_runner import ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.conversations import Conversations
+from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.ratelimits import RateLimiter
 from bot.roles import AccessManager
@@ -128,7 +129,10 @@ async def build(
         if settings.agent.fallback_models:
             llm = FallbackLLM(llm, settings.agent.fallback_models)
 
-        registry = ToolRegistry(default_tools(exec_max_timeout_s=settings.agent.exec_max_timeout_s))
+        registry = ToolRegistry(default_tools(
+            exec_max_timeout_s=settings.agent.exec_max_timeout_s,
+            exec_sandbox=exec_sandbox(settings),  # commands never see Roost's own files
+        ))
         gate = ApprovalGate(
             storage, approvers=[*settings.owners, *settings.approvers, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s
         )

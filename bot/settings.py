@@ -48,6 +48,11 @@ class AgentSettings(_Section):
     max_tokens: int = Field(4096, ge=1)
     tool_timeout_s: float = Field(30.0, gt=0)
     exec_max_timeout_s: float = Field(300.0, gt=0)
+    exec_sandbox: Literal["auto", "off"] = "auto"
+    """auto: commands run in namespaces that cannot see Roost (refused where none can be
+    made); off: the owner's explicit choice to run them unsandboxed."""
+    exec_hide: list[Path] = []
+    """More paths commands must not see (e.g. a file the secrets are also kept in)."""
     approval_ttl_s: float = Field(600.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
     queue_mode: Literal["collect", "followup"] = "collect"

@@ -16,6 +16,7 @@ from agent_core.builtin_tools.exec_tool import (
     make_exec_tool,
 )
 from agent_core.builtin_tools.files import file_tools
+from agent_core.builtin_tools.sandbox import Sandbox
 from agent_core.builtin_tools.memory_tools import memory_tools
 from agent_core.builtin_tools.messaging import SEND_MESSAGE
 from agent_core.builtin_tools.skills_tool import LOAD_SKILL
@@ -31,6 +32,7 @@ def default_tools(
     exec_default_timeout_s: float = DEFAULT_TIMEOUT_S,
     exec_cwd: Path | None = None,
     exec_env: Mapping[str, str] | None = None,
+    exec_sandbox: Sandbox | None = None,
     web_allow_private: bool = False,
     web_allowed_hosts: Iterable[str] = (),
     web_resolver: Resolver | None = None,
@@ -44,6 +46,7 @@ def default_tools(
             default_timeout_s=exec_default_timeout_s,
             cwd=exec_cwd,
             env=exec_env,
+            sandbox=exec_sandbox,
         ),
         make_web_fetch_tool(
             allow_private=web_allow_private,

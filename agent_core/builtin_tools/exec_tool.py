@@ -1,17 +1,24 @@
-"""The `exec` tool: a shell command in its own process group, with a timeout after which (or
-on cancellation) the whole group is killed, so no grandchild outlives the call."""
+"""The `exec` tool: a shell command in the sandbox (`sandbox.py`: its own user, PID and mount
+namespaces), with an allow-listed environment and a timeout. When the command exits, or
+times out, or the call is cancelled, everything it started is killed."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from agent_core.builtin_tools.sandbox import (
+    SETUP_FAILED,
+    UNAVAILABLE_FIX,
+    Sandbox,
+    SandboxUnavailable,
+    command_env,
+)
 from agent_core.risk import Risk
 from agent_core.tools import Tool, ToolContext, ToolError, cap_output
 
@@ -19,14 +26,8 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_TIMEOUT_S = 600.0
 RAW_CAP_BYTES = 1024 * 1024
 """Bytes kept per stream (head and tail halves); the rest is counted and dropped."""
-_READ_CHUNK = 65_536
 _DRAIN_GRACE_S = 2.0
-"""After the group is killed, how long to wait for pipes held by escaped processes."""
-
-SECRET_ENV = re.compile(
-    r"(TOKEN|SECRET|PASSW|API_?KEY|PRIVATE_?KEY|CREDENTIAL|DATABASE_URL)", re.IGNORECASE
-)
-"""Environment variables matching this are not passed to commands (they could print them)."""
+"""After the command ended, how long to wait for pipes still held by other processes."""
 
 
 class ExecInput(BaseModel):
@@ -65,33 +66,43 @@ class _CappedBuffer:
         return out + bytes(tail).decode("utf-8", "replace")
 
 
-async def _pump(stream: asyncio.StreamReader | None, sink: _CappedBuffer) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(_READ_CHUNK):
-        sink.feed(chunk)
+class _Collector(asyncio.SubprocessProtocol):
+    """Collects both output streams and tells apart "the command exited" from "every pipe
+    closed": a background process may hold a pipe long after the command finished."""
+
+    def __init__(self) -> None:
+        self.out, self.err = _CappedBuffer(), _CappedBuffer()
+        self.exited = asyncio.Event()
+        self.closed = asyncio.Event()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        (self.out if fd == 1 else self.err).feed(data)
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set()
 
 
 def _kill_group(pid: int) -> None:
+    """SIGKILL the command's process group. Sandboxed, that group holds `unshare` and pid 1
+    of the command's PID namespace, whose death makes the kernel kill every process in it."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-async def _drain(proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]]) -> None:
-    """Reap the killed shell and give the readers a moment; readers still blocked on a pipe
-    held by an escaped process are cancelled."""
+async def _settle(proto: _Collector, grace_s: float) -> bool:
+    """Wait up to `grace_s` for the output pipes to close; False if something still holds
+    them (then we stop reading)."""
     try:
-        async with asyncio.timeout(_DRAIN_GRACE_S):
-            await proc.wait()
-            await asyncio.gather(*pumps, return_exceptions=True)
+        async with asyncio.timeout(grace_s):
+            await proto.closed.wait()
+        return True
     except TimeoutError:
-        pass
-    finally:
-        for task in pumps:
-            task.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
+        return False
 
 
 def _report(code: int | None, out: _CappedBuffer, err: _CappedBuffer, header: str) -> str:
@@ -105,75 +116,94 @@ def _report(code: int | None, out: _CappedBuffer, err: _CappedBuffer, header: st
     return cap_output("\n".join(parts))
 
 
-def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    source = os.environ if env is None else env
-    return {k: v for k, v in source.items() if not SECRET_ENV.search(k)}
-
-
 def make_exec_tool(
     *,
     max_timeout_s: float = DEFAULT_MAX_TIMEOUT_S,
     default_timeout_s: float = DEFAULT_TIMEOUT_S,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> Tool[ExecInput]:
-    """Build `exec`. Commands run in `cwd` (default: the session's workspace) with the
-    environment minus secrets; `timeout_s` from the model is capped at `max_timeout_s`.
+    """Build `exec`. Commands run in `cwd` (default: the session's workspace) inside
+    `sandbox` (default: namespaces hiding nothing but Roost's processes; `bot.app` passes
+    Roost's private paths), with an allow-listed environment taken from `env` (default:
+    this process's) and HOME set to the workspace. `timeout_s` from the model is capped
+    at `max_timeout_s`.
 
     Result: exit code plus stdout/stderr (1 MB kept per stream, 16,000 characters to the
-    model). On timeout the process group is killed and a ToolError says "timed out after
-    N s; process group killed" with the partial output. On cancellation the group is killed
-    and CancelledError propagates.
+    model). The call ends when the command exits: whatever it left running is killed. On
+    timeout everything it started is killed and a ToolError says "timed out after N s"
+    with the partial output; on cancellation the same, and CancelledError propagates. If
+    the sandbox cannot be created here, every call is a ToolError saying why.
     """
     if max_timeout_s <= 0 or default_timeout_s <= 0:
         raise ValueError("exec timeouts must be positive")
     default_timeout_s = min(default_timeout_s, max_timeout_s)
-    environment = scrubbed_env(env)
+    box = sandbox if sandbox is not None else Sandbox()
 
     async def run(args: ExecInput, ctx: ToolContext) -> str:
         timeout = min(args.timeout_s or default_timeout_s, max_timeout_s)
         workdir = cwd if cwd is not None else ctx.workspace
         try:
-            proc = await asyncio.create_subprocess_shell(
-                args.command,
+            await box.probe(workdir, [ctx.workspace])
+            argv = box.argv(args.command, workdir, [ctx.workspace])
+        except SandboxUnavailable as exc:
+            raise ToolError(
+                "exec is unavailable on this machine: commands run in their own user, PID and "
+                f"mount namespaces so they cannot read Roost's secrets, and those cannot be "
+                f"created here ({exc}). The owner can fix this: {UNAVAILABLE_FIX}."
+            ) from None
+        loop = asyncio.get_running_loop()
+        try:
+            transport, proto = await loop.subprocess_exec(
+                _Collector,
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=workdir,
-                env=environment,
+                env=command_env(ctx.workspace, env),
                 start_new_session=True,
             )
         except OSError as exc:
             raise ToolError(f"could not start the command: {exc}") from exc
-        out, err = _CappedBuffer(), _CappedBuffer()
-        pumps = [
-            asyncio.create_task(_pump(proc.stdout, out)),
-            asyncio.create_task(_pump(proc.stderr, err)),
-        ]
+        pid = transport.get_pid()
         try:
-            async with asyncio.timeout(timeout):
-                await asyncio.gather(*pumps)
-                code = await proc.wait()
-        except TimeoutError:
-            _kill_group(proc.pid)
-            await _drain(proc, pumps)
-            raise ToolError(
-                _report(None, out, err, f"timed out after {timeout:g} s; process group killed")
-            ) from None
-        except BaseException:  # cancellation (or anything else): no process may outlive us
-            _kill_group(proc.pid)
-            await _drain(proc, pumps)
-            raise
-        return _report(code, out, err, f"exit code: {code}")
+            try:
+                async with asyncio.timeout(timeout):
+                    await proto.exited.wait()
+            except TimeoutError:
+                _kill_group(pid)
+                await _settle(proto, _DRAIN_GRACE_S)
+                raise ToolError(
+                    _report(None, proto.out, proto.err,
+                            f"timed out after {timeout:g} s; the command and everything it started were killed")
+                ) from None
+            except BaseException:  # cancellation (or anything else): no process may outlive us
+                _kill_group(pid)
+                await asyncio.shield(_settle(proto, _DRAIN_GRACE_S))
+                raise
+            code = transport.get_returncode()
+            _kill_group(pid)  # what it left running in the background dies with it
+            complete = await _settle(proto, _DRAIN_GRACE_S)
+        finally:
+            transport.close()
+        if box.enabled and code == SETUP_FAILED and proto.err.head.startswith(b"roost sandbox:"):
+            raise ToolError(f"the command did not run: {proto.err.text().strip()}")
+        header = f"exit code: {code}"
+        if not complete:
+            header += " (output cut off: a background process kept it open)"
+        return _report(code, proto.out, proto.err, header)
 
     return Tool(
         "exec",
         "Run a shell command (sh -c) in the workspace and return its exit code, stdout and "
         f"stderr. Default timeout {default_timeout_s:g} s, at most {max_timeout_s:g} s via "
-        "timeout_s; on timeout the command and all its children are killed.",
+        "timeout_s. It runs in a sandbox: it sees the files of the machine but not Roost's "
+        "own data or processes; anything it starts ends when it ends.",
         ExecInput,
         Risk.EXEC,
         run,
-        timeout_s=max_timeout_s + _DRAIN_GRACE_S + 10.0,
+        timeout_s=max_timeout_s + 2 * _DRAIN_GRACE_S + 10.0,
         describe_action=lambda a: a.command,
     )

@@ -1,0 +1,235 @@
+"""Where `exec` commands run: fresh user, PID and mount namespaces that cannot see Roost.
+
+Each command starts through util-linux `unshare --user --map-root-user --pid --fork
+--kill-child --mount-proc --mount`, then a small setup script (pid 1 of the new PID
+namespace) hides Roost's private paths and starts the command without capabilities:
+
+- `/proc` is a fresh mount for the new PID namespace, so Roost's processes (and their
+  `environ`, `cmdline`, `mem`, open files) do not exist for the command.
+- Each hidden path is covered inside the private mount namespace: a directory by an empty
+  read-only tmpfs, a file by `/dev/null`. Directories the command must see (the workspace,
+  its working directory) are bound back from a file descriptor opened before the cover.
+- The command runs with an empty capability bounding set and `no_new_privs`, so it cannot
+  unmount the covers, and a nested namespace it creates inherits them locked.
+- pid 1 waits for the command and exits with its status; the kernel then kills everything
+  left in the namespace (`setsid` or not). Killing pid 1 (or `unshare`, via `--kill-child`)
+  does the same on a timeout.
+- The environment is an allow-list (`command_env`): nothing Roost was started with leaks.
+
+If the namespaces cannot be created, `probe` says why and `exec` refuses to run anything;
+only the owner's explicit `ROOST_AGENT__EXEC_SANDBOX=off` runs commands unsandboxed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+SandboxMode = Literal["auto", "off"]
+
+SAFE_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLORTERM"})
+"""Variables passed to commands (plus LC_*); everything else Roost has stays with Roost."""
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+SETUP_FAILED = 125
+"""Exit status of the setup script when it could not hide a path (the command never ran)."""
+_PROBE_TIMEOUT_S = 10.0
+_TOOLS = ("unshare", "mount", "setpriv")
+
+# Arguments: <mount> <setpriv> <sh> <workdir>, then ops, then "--" <command>.
+# Ops: "o:<fd>:<dir>" opens a dir on fd (before anything is covered), "d:<dir>" covers a
+# directory with an empty tmpfs, "f:<file>" covers a file with /dev/null, "b:<fd>:<dir>"
+# binds an opened dir back (its mount point is made in the tmpfs), "r:<dir>" makes a
+# cover read-only once every mount point in it exists.
+SETUP_SCRIPT = r"""
+fail() { echo "roost sandbox: $*" >&2; exit 125; }
+mnt=$1; priv=$2; shell=$3; workdir=$4; shift 4
+while [ "$1" != "--" ]; do
+  op=$1; shift
+  case $op in
+    o:*) rest=${op#o:}; fd=${rest%%:*}; dir=${rest#*:}
+         eval "exec $fd<\"\$dir\"" || fail "cannot open $dir" ;;
+    d:*) "$mnt" -t tmpfs -o nosuid,nodev,noexec,size=16k,nr_inodes=64,mode=0555 roost-hidden "${op#d:}" \
+           || fail "cannot hide ${op#d:}" ;;
+    r:*) "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "${op#r:}" || fail "cannot seal ${op#r:}" ;;
+    f:*) "$mnt" --bind /dev/null "${op#f:}" || fail "cannot hide ${op#f:}" ;;
+    b:*) rest=${op#b:}; fd=${rest%%:*}; dir=${rest#*:}
+         mkdir -p "$dir" && "$mnt" --no-canonicalize --bind "/proc/self/fd/$fd" "$dir" \
+           || fail "cannot show $dir" ;;
+  esac
+done
+shift
+i=3; while [ "$i" -lt 10 ]; do eval "exec $i<&-"; i=$((i + 1)); done
+cd "$workdir" || fail "cannot enter $workdir"
+"$priv" --no-new-privs --inh-caps=-all --bounding-set=-all -- "$shell" -c "$1" &
+wait $!
+"""
+"""pid 1 of the command's PID namespace. It keeps its capabilities (inside the namespace
+only) and never runs the command's code; the command runs as its child without any."""
+_MAX_OPEN_DIRS = 7
+"""fds 3..9 are free in the setup shell."""
+
+
+class SandboxUnavailable(Exception):
+    """The namespaces could not be created here; the message says why and how to fix it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MountPlan:
+    """Ordered setup ops (see SETUP_SCRIPT) for one command."""
+
+    ops: tuple[str, ...]
+
+
+def _inside(path: Path, ancestor: Path) -> bool:
+    return path == ancestor or ancestor in path.parents
+
+
+def _resolve(paths: Iterable[Path]) -> list[Path]:
+    out: list[Path] = []
+    for raw in paths:
+        try:
+            path = Path(raw).expanduser().resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue  # nothing there to read
+        if path != Path("/") and path not in out:
+            out.append(path)
+    return out
+
+
+def _with_companions(paths: Iterable[Path]) -> list[Path]:
+    """A SQLite database keeps recent writes in `-wal` (and `-journal`) beside the file."""
+    out: list[Path] = []
+    for path in paths:
+        out.append(path)
+        out.extend(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))
+    return out
+
+
+def plan_mounts(hidden: Iterable[Path], exposed: Iterable[Path]) -> MountPlan:
+    """Cover every hidden path, and keep every exposed directory visible even when it lies
+    inside a hidden one; a hidden path inside an exposed directory is covered after it is
+    bound back. Paths that do not exist are skipped (there is nothing to read)."""
+    hide = _resolve(_with_companions(hidden))
+    show = [p for p in _resolve(exposed) if p.is_dir()]
+    # Ancestors first; at equal paths the cover goes on before the bind-back (shown wins).
+    events = sorted(
+        [(len(p.parts), 0, p) for p in hide] + [(len(p.parts), 1, p) for p in show]
+    )
+    applied: list[tuple[Path, bool]] = []  # (path, hidden?) in application order
+
+    def hidden_now(path: Path) -> bool:
+        state = False
+        depth = -1
+        for done, is_hidden in applied:
+            if _inside(path, done) and len(done.parts) >= depth:
+                depth, state = len(done.parts), is_hidden
+        return state
+
+    opens: list[str] = []
+    ops: list[str] = []
+    for _, kind, path in events:
+        if kind == 0:
+            if not hidden_now(path):
+                ops.append(f"{'d' if path.is_dir() else 'f'}:{path}")
+                applied.append((path, True))
+        elif hidden_now(path):
+            fd = 3 + len(opens)
+            if fd > 2 + _MAX_OPEN_DIRS:
+                raise ValueError("too many directories to expose")
+            opens.append(f"o:{fd}:{path}")
+            ops.append(f"b:{fd}:{path}")
+            applied.append((path, False))
+    # A tmpfs with a directory bound exactly onto it is no longer the top mount there.
+    bound = {op.split(":", 2)[2] for op in ops if op.startswith("b:")}
+    seal = [f"r:{op[2:]}" for op in ops if op.startswith("d:") and op[2:] not in bound]
+    return MountPlan(tuple(opens + ops + seal))
+
+
+def command_env(home: Path, source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a command: an allow-list, HOME set to the workspace."""
+    src = os.environ if source is None else source
+    env = {k: v for k, v in src.items() if k in SAFE_ENV or k.startswith("LC_")}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env["HOME"] = str(home)
+    return env
+
+
+@dataclass(slots=True)
+class Sandbox:
+    """How `exec` starts commands. `hidden`: Roost's private paths (home, config file,
+    database, log files); `mode="off"` runs commands directly (the owner's explicit choice)."""
+
+    hidden: tuple[Path, ...] = ()
+    mode: SandboxMode = "auto"
+    _tools: dict[str, str] | None = field(default=None, repr=False)
+    _ready: bool = field(default=False, repr=False)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    def _binaries(self) -> dict[str, str]:
+        if self._tools is None:
+            found = {name: shutil.which(name, path=os.environ.get("PATH", DEFAULT_PATH)) for name in _TOOLS}
+            found["sh"] = "/bin/sh"
+            missing = [n for n, p in found.items() if not p]
+            if missing:
+                raise SandboxUnavailable(
+                    f"{', '.join(missing)} not found (util-linux provides unshare, mount and setpriv)"
+                )
+            self._tools = {k: v for k, v in found.items() if v}
+        return self._tools
+
+    def argv(self, command: str, workdir: Path, exposed: Sequence[Path] = ()) -> list[str]:
+        """The program to start for `command` (run with `sh -c` in `workdir`)."""
+        if not self.enabled:
+            return ["/bin/sh", "-c", command]
+        tools = self._binaries()
+        plan = plan_mounts(self.hidden, [*exposed, workdir])
+        return [
+            tools["unshare"], "--user", "--map-root-user", "--pid", "--fork", "--kill-child",
+            "--mount-proc", "--mount", "--propagation", "private", "--",
+            tools["sh"], "-c", SETUP_SCRIPT, "roost-sandbox",
+            tools["mount"], tools["setpriv"], tools["sh"], str(workdir),
+            *plan.ops, "--", command,
+        ]
+
+    async def probe(self, workdir: Path | None = None, exposed: Sequence[Path] = ()) -> None:
+        """Start `true` exactly as a command would start; raise SandboxUnavailable with the
+        reason if that fails. A success is remembered."""
+        if not self.enabled or self._ready:
+            return
+        where = workdir if workdir is not None and workdir.is_dir() else Path("/")
+        try:
+            argv = self.argv("true", where, [p for p in exposed if p.is_dir()])
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE, cwd=where, env=command_env(where),
+            )
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot start unshare: {exc}") from exc
+        try:
+            async with asyncio.timeout(_PROBE_TIMEOUT_S):
+                _, err = await proc.communicate()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise SandboxUnavailable("the namespace set-up did not finish in time") from None
+        if proc.returncode != 0:
+            reason = " ".join(err.decode("utf-8", "replace").split()) or f"exit status {proc.returncode}"
+            raise SandboxUnavailable(reason)
+        self._ready = True
+
+
+UNAVAILABLE_FIX = (
+    "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and "
+    "user.max_user_namespaces > 0; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0; "
+    "in Docker run with --security-opt seccomp=unconfined --security-opt apparmor=unconfined), "
+    "or set ROOST_AGENT__EXEC_SANDBOX=off to run commands unsandboxed (they can then read "
+    "Roost's secrets)"
+)
