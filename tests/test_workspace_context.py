@@ -268,3 +268,16 @@ def test_a_huge_log_costs_a_bounded_read(tmp_path: Path) -> None:
     assert "NEWEST_ENTRY" in ctx.volatile
     assert f"of {64 * 1024 * 1024 + 14:,} bytes" in ctx.volatile
     assert len(ctx.volatile) < FILE_CAP + 500
+
+
+def test_sub_context_names_the_files_the_chat_can_see(tmp_path: Path) -> None:
+    _populate(tmp_path)
+    group = build_context(tmp_path, GROUP, Scope.SUB, NOW, extra_roots=("shared/team", "memory"))
+    assert "## Files this chat can see" in group.stable
+    assert "- groups/telegram_-100123/: this chat's own folder" in group.stable
+    assert "- memory/groups/telegram_-100123/: this chat's daily logs, read-only" in group.stable
+    assert "- shared/team/: shared with this chat by the owner" in group.stable
+    assert "- memory/: shared" not in group.stable  # an unsafe extra root is ignored
+    dm = build_context(tmp_path, DM, Scope.SUB, NOW)
+    assert "- dms/discord_42/: this chat's own folder" in dm.stable and "shared" not in dm.stable
+    assert "Files this chat can see" not in build_context(tmp_path, "main", Scope.MAIN, NOW).stable

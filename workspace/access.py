@@ -172,6 +172,13 @@ class Access:
     def main(self) -> bool:
         return is_main(self.scope)
 
+    def shared_roots(self) -> list[str]:
+        """The valid extra roots, in the order given (invalid ones are logged and ignored)."""
+        own = {r.prefix for r in _rules(self.session_key, ())}
+        return [
+            r.prefix.as_posix() for r in _rules(self.session_key, self.extra_roots) if r.prefix not in own
+        ]
+
     def allows(self, rel: PurePath, mode: Mode) -> bool:
         """May this session use `rel` (relative to the root, symlinks resolved) this way?
         `list` also admits the folders leading to an allowed place (the root, `groups/`…)."""

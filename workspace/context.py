@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from workspace.access import Access, AccessDenied, confine, is_main, open_regular
-from workspace.daily_log import log_path
+from workspace.daily_log import log_dir_for, log_path, session_dir_for
 from workspace.skills import list_skills, skills_prompt
 
 FILE_CAP = 20_000
@@ -47,16 +47,19 @@ class _Budget:
     left: int = TOTAL_CAP
 
 
-def build_context(root: Path, session_key: str, scope: str, now: datetime) -> PromptContext:
+def build_context(
+    root: Path, session_key: str, scope: str, now: datetime, extra_roots: tuple[str, ...] = ()
+) -> PromptContext:
     """Assemble the prompt context a session may see; missing or empty files are skipped.
 
     main: SOUL, IDENTITY, AGENTS, USER, MEMORY, skills, yesterday's log (stable) + now and
-    today's log (volatile). sub: SOUL, IDENTITY, AGENTS, skills (stable) + now and its own
-    log of today (volatile); never USER.md, MEMORY.md or another session's log.
+    today's log (volatile). sub: SOUL, IDENTITY, AGENTS, which files it can see (its own
+    folder, logs and `extra_roots`), skills (stable) + now and its own log of today
+    (volatile); never USER.md, MEMORY.md, another session's log or a file off the allow-list.
     `scope` is an `agent_core.risk.Scope` (or its value); a sub scope with the main key
     raises ValueError.
     """
-    access = Access(session_key, str(getattr(scope, "value", scope)))
+    access = Access(session_key, str(getattr(scope, "value", scope)), tuple(extra_roots))
     main = is_main(scope)
     budget = _Budget()
     today = now.date()
@@ -67,6 +70,8 @@ def build_context(root: Path, session_key: str, scope: str, now: datetime) -> Pr
         text = _read(root, name, access, "head")
         if text is not None:
             stable.append(_section(name, text, _CAPS.get(name, FILE_CAP), budget, keep="head"))
+    if not main:
+        stable.append(_section("Files this chat can see", _sub_files(access), FILE_CAP, budget, "head"))
     visible = [s for s in list_skills(root) if _read(root, s.path.as_posix(), access, "head")]
     skills = skills_prompt(visible)
     if skills:
@@ -95,6 +100,19 @@ class _Text:
 
     def __bool__(self) -> bool:
         return bool(self.text)
+
+
+def _sub_files(access: Access) -> str:
+    """The allow-list in words, so the model looks where it may (stable: no clock, no I/O)."""
+    own = session_dir_for(access.session_key)
+    lines = [
+        "- SOUL.md, IDENTITY.md, AGENTS.md and skills/: read-only",
+        f"- {own.as_posix()}/: this chat's own folder (created by the first file written there)",
+        f"- {log_dir_for(access.session_key).as_posix()}/: this chat's daily logs, read-only",
+    ]
+    lines += [f"- {root}/: shared with this chat by the owner" for root in access.shared_roots()]
+    lines.append("Nothing else in the workspace exists in this chat; do not look for it.")
+    return "\n".join(lines)
 
 
 def _section(

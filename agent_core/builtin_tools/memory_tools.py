@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -116,14 +116,20 @@ async def _write(args: MemoryWriteInput, ctx: ToolContext) -> str:
                 "MEMORY.md is private to the owner's session; in this chat you can only "
                 "write to this chat's own log (target 'log')"
             )
-        return await asyncio.to_thread(_write_memory, ctx, args)
+        try:
+            return await asyncio.to_thread(_write_memory, ctx, args)
+        except OSError as exc:
+            raise ToolError(f"cannot write MEMORY.md ({exc.strerror or type(exc).__name__})") from None
     if args.mode == "replace":
         raise ToolError("the daily log is append-only; use mode 'append'")
-    if ctx.memory is not None:
-        path = await ctx.memory.append_log(args.text)
-    else:
-        now = datetime.now().astimezone()
-        path = await asyncio.to_thread(append_entry, ctx.workspace, ctx.session_key, now, args.text)
+    try:
+        if ctx.memory is not None:
+            path = await ctx.memory.append_log(args.text)
+        else:
+            now = datetime.now().astimezone()
+            path = await asyncio.to_thread(append_entry, ctx.workspace, ctx.session_key, now, args.text)
+    except OSError as exc:  # str(exc) would name the machine's absolute path
+        raise ToolError(f"cannot write this chat's log ({exc.strerror or type(exc).__name__})") from None
     root = ctx.workspace.resolve()
     real = path.resolve()
     where = real.relative_to(root).as_posix() if real.is_relative_to(root) else "this chat's log"
