@@ -15,8 +15,6 @@ runs_per_hour = 60
 daily_tokens = 1000000
 ```
 
-`tool_calls_per_run = 50` (top level of `[limits]`) caps the tool calls of one run.
-
 0 turns a limit off. Environment: `ROOST_LIMITS__USER__DAILY_TOKENS=0` and so on.
 """
 
@@ -41,6 +39,3 @@ class LimitSettings(BaseModel):
     owner_exempt: bool = True
     user: ScopeLimits = ScopeLimits()
     group: ScopeLimits = ScopeLimits(messages_per_minute=30, runs_per_hour=60, daily_tokens=1_000_000)
-    tool_calls_per_run: int = Field(50, ge=0)
-    """Tool calls one run may make before the runner refuses more (0 = unlimited); the owner's
-    main session is exempt while `owner_exempt` is true."""
