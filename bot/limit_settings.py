@@ -4,16 +4,18 @@
 [limits]
 owner_exempt = true            # the owner is never limited unless this is false
 
-[limits.user]                  # each paired user (and each member, counted across chats)
-messages_per_minute = 20
-runs_per_hour = 60
-daily_tokens = 300000          # input + output tokens of the user's own sessions per local day
+[limits.user]                  # each user but the owner, counted across all their chats
+messages_per_minute = 60       # a flood guard
+runs_per_hour = 60             # runs of their private session
+daily_tokens = 300000          # input + output tokens of their private session per local day
 
-[limits.group]                 # each group (all its topics together)
+[limits.group]                 # each group, all its topics together
 messages_per_minute = 30
-runs_per_hour = 60
+runs_per_hour = 120
 daily_tokens = 1000000
 ```
+
+`tool_calls_per_run = 50` (top level of `[limits]`) caps the tool calls of one run.
 
 0 turns a limit off. Environment: `ROOST_LIMITS__USER__DAILY_TOKENS=0` and so on.
 """
@@ -28,7 +30,7 @@ class ScopeLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    messages_per_minute: int = Field(20, ge=0)
+    messages_per_minute: int = Field(60, ge=0)
     runs_per_hour: int = Field(60, ge=0)
     daily_tokens: int = Field(300_000, ge=0)
 
@@ -38,4 +40,7 @@ class LimitSettings(BaseModel):
 
     owner_exempt: bool = True
     user: ScopeLimits = ScopeLimits()
-    group: ScopeLimits = ScopeLimits(messages_per_minute=30, runs_per_hour=60, daily_tokens=1_000_000)
+    group: ScopeLimits = ScopeLimits(messages_per_minute=30, runs_per_hour=120, daily_tokens=1_000_000)
+    tool_calls_per_run: int = Field(50, ge=0)
+    """Tool calls one run may make before the runner refuses more (0 = unlimited); the owner's
+    main session is exempt while `owner_exempt` is true."""
