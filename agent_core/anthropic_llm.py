@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from agent_core.llm import (
     StreamItem,
     TextChunk,
 )
+from agent_core.text import clean_json, clean_text
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,9 @@ class AnthropicLLM:
         stream = await self._client.messages.create(stream=True, **kwargs)
         blocks: dict[int, dict[str, Any]] = {}
         partial_json: dict[int, list[str]] = {}
+        # A high surrogate ending a delta may be half of an emoji completed by the next delta:
+        # held back until then, so the pair survives while a truly lone one is cleaned.
+        held: dict[int, str] = {}
         usage = Usage()
         stop_reason = "end_turn"
         model = request.model
@@ -91,10 +96,19 @@ class AnthropicLLM:
                 elif kind == "content_block_delta":
                     delta = event.delta
                     if delta.type == "text_delta":
-                        blocks[event.index]["text"] = blocks[event.index].get("text", "") + delta.text
-                        yield TextChunk(delta.text)
+                        raw = held.pop(event.index, "") + delta.text
+                        if raw and "\ud800" <= raw[-1] <= "\udbff":
+                            held[event.index], raw = raw[-1], raw[:-1]
+                        text = clean_text(_join_pairs(raw))
+                        if text:
+                            blocks[event.index]["text"] = blocks[event.index].get("text", "") + text
+                            yield TextChunk(text)
                     elif delta.type == "input_json_delta":
                         partial_json.setdefault(event.index, []).append(delta.partial_json)
+                elif kind == "content_block_stop" and event.index in held:
+                    text = clean_text(held.pop(event.index))
+                    blocks[event.index]["text"] = blocks[event.index].get("text", "") + text
+                    yield TextChunk(text)
                 elif kind == "message_delta":
                     stop_reason = event.delta.stop_reason or stop_reason
                     if event.usage is not None:
@@ -105,7 +119,15 @@ class AnthropicLLM:
                             usage.cache_creation_input_tokens,
                         )
         content, malformed = _finish_blocks(blocks, partial_json)
-        yield MessageComplete(content, stop_reason, usage, model, malformed)
+        yield MessageComplete(content, clean_text(stop_reason), usage, clean_text(model), malformed)
+
+
+def _join_pairs(text: str) -> str:
+    """Surrogate halves that arrived in separate JSON strings, joined into their character;
+    lone ones are left for clean_text."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
 
 def _finish_blocks(
@@ -121,13 +143,13 @@ def _finish_blocks(
             if block.get("text", "").strip():
                 content.append({"type": "text", "text": block["text"]})
         elif kind == "tool_use":
-            raw = "".join(partial_json.get(index, []))
+            raw = clean_text("".join(partial_json.get(index, [])))
+            # JSON escapes can spell a lone surrogate or a NUL ("\\ud83d", "\\u0000").
             parsed, problem = _parse_tool_input(raw)
+            tool_id, name = clean_text(block["id"]), clean_text(block["name"])
             if problem is not None:
-                malformed.append(MalformedToolUse(block["id"], block["name"], raw, problem))
-            content.append(
-                {"type": "tool_use", "id": block["id"], "name": block["name"], "input": parsed}
-            )
+                malformed.append(MalformedToolUse(tool_id, name, raw, problem, len(content)))
+            content.append({"type": "tool_use", "id": tool_id, "name": name, "input": clean_json(parsed)})
         # thinking and other block types are not produced without being asked for
     return content, malformed
 
@@ -173,9 +195,16 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
             )
         if status == 400:
             message = _api_message(exc)
-            if "prompt is too long" in message.lower():
-                return LLMBadRequest("This conversation is too long for the model; send /new to start fresh.")
-            return LLMBadRequest(f"The model service rejected the request: {message}")
+            too_long = _TOO_LONG.search(message)
+            if too_long or "prompt is too long" in message.lower():
+                return LLMBadRequest(
+                    "This conversation is too long for the model; send /new to start fresh.",
+                    detail=message,
+                    too_long=True,
+                    prompt_tokens=int(too_long.group(1)) if too_long else None,
+                    max_tokens=int(too_long.group(2)) if too_long else None,
+                )
+            return LLMBadRequest(f"The model service rejected the request: {message}", detail=message)
         if status >= 500:
             return LLMUnavailable(f"The model service failed (HTTP {status}).")
         return LLMError(f"The model service answered HTTP {status}: {_api_message(exc)}")
@@ -186,6 +215,7 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
     return LLMError("The model service failed.")
 
 
+_TOO_LONG = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)", re.IGNORECASE)
 _STREAM_ERROR_STATUS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
 
 

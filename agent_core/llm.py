@@ -49,7 +49,23 @@ class LLMAuthError(LLMError):
 
 
 class LLMBadRequest(LLMError):
-    pass
+    """The service refused the request as invalid. `detail` is the service's own message;
+    `too_long` is set for "prompt is too long", with the token counts when it gave them."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: str = "",
+        too_long: bool = False,
+        prompt_tokens: int | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.detail = detail
+        self.too_long = too_long
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +88,8 @@ class MalformedToolUse:
     name: str
     raw_input: str
     problem: str
+    block_index: int | None = None
+    """Position of the tool_use in MessageComplete.content (ids alone may repeat)."""
 
 
 @dataclass(frozen=True, slots=True)

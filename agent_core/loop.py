@@ -22,13 +22,14 @@ from agent_core.events import (
     TurnEnded,
     Usage,
 )
-from agent_core.llm import LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk
+from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk
 from agent_core.ports import AgentStore
 from agent_core.prompt import ContextParts, request_messages, system_blocks, tool_definitions
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
 from agent_core.tools import Messenger, ToolContext, ToolRegistry
-from agent_core.transcript import repair, window
+from agent_core.text import clean_json
+from agent_core.transcript import repair, size_of, tool_use_ids, unique_tool_ids, window
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,9 @@ class AgentLoop:
         self._tool_context = tool_context
         self.config = config
         self._now = now
+        # Per model: the history budget a "prompt is too long" taught us, so later runs fit
+        # at once instead of paying a refused request each.
+        self._learned_budget: dict[str, int] = {}
 
     async def run(self, request: RunRequest) -> AsyncIterator[Event]:
         """Yield the run's events: RunStarted first, RunFinished or RunFailed last.
@@ -122,10 +126,17 @@ class AgentLoop:
         run_id = request.run_id
         await self._store.start_run(run_id, request.session_key, model)
         await emit(RunStarted(run_id, request.session_key))
-        state = _RunState()
+        budget = min(self.config.history_budget_chars, self._learned_budget.get(model, 1 << 62))
+        state = _RunState(budget=budget)
         try:
-            history = repair(await self._store.load_transcript(request.session_key))
-            messages = window(history, self.config.history_budget_chars)
+            # Cleaned again on load: rows written before text was cleaned at every entrance
+            # must not wedge the session.
+            history = repair(clean_json(await self._store.load_transcript(request.session_key)))
+            # Ids of the whole epoch, so a reused one is renamed even when its first use is
+            # outside the window (a later window may include both).
+            state.taken = tool_use_ids(history)
+            messages = window(history, state.budget)
+            state.run_start = len(messages)
             await self._append(request, "user", request.content, messages)
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
@@ -143,6 +154,11 @@ class AgentLoop:
             await emit(
                 RunFinished(run_id, state.stop_reason, state.turns, state.usage, state.text, state.model or model)
             )
+        except LLMBadRequest as exc:
+            # Already retried once with a repaired, trimmed conversation: say so plainly.
+            log.warning("run.request_rejected_twice", extra={"run": run_id, "detail": exc.detail})
+            await self._store.finish_run(run_id, "failed", "invalid_request", state.turns, state.usage)
+            await emit(RunFailed(run_id, _rejected_message(exc), "invalid_request", state.usage))
         except LLMError as exc:
             await self._store.finish_run(run_id, "failed", type(exc).__name__, state.turns, state.usage)
             await emit(RunFailed(run_id, str(exc), type(exc).__name__, state.usage))
@@ -179,29 +195,22 @@ class AgentLoop:
         seen_calls: dict[str, int] = {}
         for turn in range(1, self.config.max_turns + 1):
             state.turns = turn
-            llm_request = LLMRequest(model, system, tool_defs, request_messages(messages), self.config.max_tokens)
-            done: MessageComplete | None = None
-            async for item in self._llm.stream(llm_request):
-                if isinstance(item, TextChunk):
-                    state.text += item.text
-                    await emit(TextDelta(item.text))
-                else:
-                    done = item
-            assert done is not None, "LLMClient.stream must end with MessageComplete"
+            done = await self._model_turn(model, system, tool_defs, messages, state, emit)
             state.usage = state.usage + done.usage
             state.model = done.model
             await emit(TurnEnded(turn))
-            calls = [
-                ToolCall(b["id"], b["name"], b["input"]) for b in done.content if b["type"] == "tool_use"
-            ]
-            if done.content:
-                await self._append(request, "assistant", done.content, messages)
+            # What is sent must have unique tool_use ids (the API's rule) whatever the model
+            # gave: rename repeats before anything stores or runs them.
+            content, pairs = unique_tool_ids(done.content, state.taken)
+            calls = [ToolCall(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"]
+            if content:
+                await self._append(request, "assistant", content, messages)
             if not calls:
                 state.stop_reason = done.stop_reason
                 if done.stop_reason == "max_tokens" and done.content:
                     state.stop_reason = "max_tokens"
                 return
-            malformed = {m.call_id: m for m in done.malformed}
+            malformed = _malformed_by_new_id(done, content, pairs)
             if done.stop_reason == "max_tokens":
                 # A tool call cut off by the token limit has a truncated input: never run it.
                 for call in calls:
@@ -233,6 +242,55 @@ class AgentLoop:
             f"(Stopped after {self.config.max_turns} steps without a final answer; "
             "say 'continue' to go on.)",
         )
+
+    async def _model_turn(
+        self,
+        model: str,
+        system: list[dict[str, Any]],
+        tool_defs: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        state: _RunState,
+        emit: Callable[[Event], Any],
+    ) -> MessageComplete:
+        """One model call. A 400 invalid_request (before any text) is answered by repairing
+        and trimming what is sent — down to this run's messages, within a budget that fits the
+        model's limit when it said so — and retrying once per run; a second one propagates."""
+        sent = self._sendable(messages, state)
+        try:
+            return await self._stream(LLMRequest(model, system, tool_defs, sent, self.config.max_tokens), state, emit)
+        except LLMBadRequest as exc:
+            if state.trimmed or state.streamed:
+                raise
+            log.warning("run.request_rejected", extra={"model": model, "detail": exc.detail})
+            state.trimmed = True
+            if exc.too_long:
+                whole = size_of([{"content": system}, {"content": tool_defs}]) + size_of(sent)
+                state.budget = _budget_within_limit(exc, whole, size_of(sent), state.budget)
+                self._learned_budget[model] = min(self._learned_budget.get(model, state.budget), state.budget)
+        sent = self._sendable(messages, state)
+        return await self._stream(LLMRequest(model, system, tool_defs, sent, self.config.max_tokens), state, emit)
+
+    def _sendable(self, messages: list[dict[str, Any]], state: _RunState) -> list[dict[str, Any]]:
+        if state.trimmed:
+            # Repaired again and cut down to this run: whatever older turn the service
+            # refused is left out.
+            return request_messages(window(repair(messages[state.run_start :]), state.budget))
+        return request_messages(window(messages, state.budget))
+
+    async def _stream(
+        self, llm_request: LLMRequest, state: _RunState, emit: Callable[[Event], Any]
+    ) -> MessageComplete:
+        done: MessageComplete | None = None
+        state.streamed = False
+        async for item in self._llm.stream(llm_request):
+            if isinstance(item, TextChunk):
+                state.streamed = True
+                state.text += item.text
+                await emit(TextDelta(item.text))
+            else:
+                done = item
+        assert done is not None, "LLMClient.stream must end with MessageComplete"
+        return done
 
     async def _run_tools(
         self,
@@ -269,7 +327,9 @@ class AgentLoop:
         self, request: RunRequest, role: str, content: list[dict[str, Any]], messages: list[dict[str, Any]]
     ) -> None:
         # Written before anything acts on it, shielded so a cancellation cannot leave the
-        # database and the in-memory conversation disagreeing.
+        # database and the in-memory conversation disagreeing. Cleaned here too, so nothing
+        # the loop stores (user text, model output, tool output) can wedge a later request.
+        content = clean_json(content)
         messages.append({"role": role, "content": content})
         await asyncio.shield(self._store.append_message(request.session_key, request.run_id, role, content))
 
@@ -280,17 +340,65 @@ class _Malformed(Exception):
 
 @dataclass
 class _RunState:
+    budget: int
+    """Characters of conversation sent per request (see transcript.window)."""
     text: str = ""
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
     stop_reason: str = "end_turn"
     model: str = ""
+    taken: set[str] = field(default_factory=set)
+    """Every tool_use id in the conversation so far."""
+    run_start: int = 0
+    """Index of this run's user message in the in-memory conversation."""
+    trimmed: bool = False
+    """The service refused a request once; later ones send only this run's messages."""
+    streamed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class _TruncatedCall:
     problem: str
 
+
+
+def _malformed_by_new_id(
+    done: MessageComplete, content: list[dict[str, Any]], pairs: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """The model's malformed tool uses keyed by the ids they were renamed to."""
+    out: dict[str, Any] = {}
+    for item in done.malformed:
+        if item.block_index is not None and item.block_index < len(content):
+            out[content[item.block_index]["id"]] = item
+        else:
+            new = next((n for o, n in pairs if o == item.call_id and n not in out), None)
+            if new is not None:
+                out[new] = item
+    return out
+
+
+def _budget_within_limit(exc: LLMBadRequest, whole_chars: int, sent_chars: int, budget: int) -> int:
+    """A history budget that should fit the model's limit: when the service gave its counts
+    ("N tokens > M maximum"), cut the excess with a 20% margin at the request's own
+    characters-per-token ratio; without counts, halve what was sent."""
+    if exc.prompt_tokens and exc.max_tokens and exc.prompt_tokens > exc.max_tokens:
+        chars_per_token = whole_chars / exc.prompt_tokens
+        excess = (exc.prompt_tokens - exc.max_tokens) * chars_per_token * 1.2
+        return max(0, min(budget, int(sent_chars - excess)))
+    return min(budget, sent_chars // 2)
+
+
+def _rejected_message(exc: LLMBadRequest) -> str:
+    if exc.too_long:
+        return (
+            "This conversation is too long for the model, even cut down to your latest message. "
+            "Send /new to start over (a shorter message may help)."
+        )
+    detail = f" ({exc.detail})" if exc.detail else ""
+    return (
+        f"The model service rejected this conversation as invalid{detail}, and again after I "
+        "cut it down to your latest message. Send /new to start over."
+    )
 
 
 def _call_key(call: ToolCall) -> str:

@@ -1,16 +1,24 @@
 """Keeps a conversation valid for the Messages API, whatever happened while it was written.
 
 `repair` is applied to every transcript loaded from storage, so a crash between a `tool_use`
-and its `tool_result`, a cancelled run, or a hand-edited database never yields a request the
-API rejects.
+and its `tool_result`, a cancelled run, duplicate tool ids from the model, or a hand-edited
+database never yields a request the API rejects. `window` picks what of a long conversation is
+sent, never separating a `tool_use` from its `tool_result`.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from typing import Any
 
 INTERRUPTED_RESULT = "No result: the run was interrupted before this tool finished."
+
+MIN_RESULT_CHARS = 400
+"""A tool result shrunk to fit the window keeps at least this much (plus the note)."""
+
+_ID_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def merge_consecutive(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -30,57 +38,194 @@ def merge_consecutive(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def repair(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Return a copy where every tool_use has its tool_result right after it, no tool_result
-    is an orphan, tool results lead their message, and the conversation starts with the user."""
+    is an orphan, tool results lead their message, the conversation starts with the user, and
+    every tool_use id is valid and unique in the whole conversation.
+
+    A repeated id (the same id twice in one message, or reused by a later message: some
+    Anthropic-compatible endpoints number ids per response) is renamed deterministically
+    (`toolu_1` → `toolu_1_2`), and the k-th result naming it answers the k-th use. Idempotent.
+    """
     merged = merge_consecutive(messages)
     while merged and merged[0]["role"] != "user":
         merged.pop(0)
     out: list[dict[str, Any]] = []
+    taken: set[str] = set()
+    pending: list[tuple[str, str]] = []  # (id the model gave, id as sent) awaiting results
     for index, message in enumerate(merged):
         if message["role"] == "user":
-            previous = out[-1] if out and out[-1]["role"] == "assistant" else None
-            wanted = _tool_use_ids(previous) if previous else []
             results = [b for b in message["content"] if b.get("type") == "tool_result"]
             others = [b for b in message["content"] if b.get("type") != "tool_result"]
-            kept = [b for b in results if b.get("tool_use_id") in wanted]
-            kept = _dedupe_results(kept)
-            have = {b["tool_use_id"] for b in kept}
-            kept += [_interrupted(i) for i in wanted if i not in have]
-            content = _order_like(kept, wanted) + others
+            content = _pair_results(results, pending) + others
+            pending = []
             if content:
                 out.append({"role": "user", "content": content})
         else:
+            content, pairs = unique_tool_ids(message["content"], taken)
             if out and out[-1]["role"] == "assistant":
-                out[-1]["content"].extend(message["content"])
+                out[-1]["content"].extend(content)
             else:
-                out.append(message)
+                out.append({"role": "assistant", "content": content})
+            pending += pairs
             following = merged[index + 1] if index + 1 < len(merged) else None
-            ids = _tool_use_ids(out[-1])
-            if ids and (following is None or following["role"] != "user"):
-                out.append({"role": "user", "content": [_interrupted(i) for i in ids]})
+            if pending and (following is None or following["role"] != "user"):
+                out.append({"role": "user", "content": [_interrupted(new) for _, new in pending]})
+                pending = []
     # Dropping orphan results can leave an assistant message first; the API wants a user.
     while out and out[0]["role"] != "user":
         out = repair(out[1:])
     return out
 
 
+def unique_tool_ids(
+    content: list[dict[str, Any]], taken: set[str]
+) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """An assistant message's content with each tool_use id made valid for the API and unused
+    in `taken` (which is updated), plus (model's id, new id) per tool_use, in order.
+
+    Deterministic: the first use of an id keeps it, later ones get `_2`, `_3`, …; characters
+    the API refuses in ids become `_`. Blocks are copied, never mutated."""
+    out: list[dict[str, Any]] = []
+    pairs: list[tuple[str, str]] = []
+    for block in content:
+        if block.get("type") != "tool_use":
+            out.append(block)
+            continue
+        original = str(block.get("id") or "")
+        base = _ID_BAD_CHARS.sub("_", original) or "toolu"
+        new, n = base, 1
+        while new in taken:
+            n += 1
+            new = f"{base}_{n}"
+        taken.add(new)
+        pairs.append((original, new))
+        out.append(block if new == original else {**block, "id": new})
+    return out, pairs
+
+
+def tool_use_ids(messages: Iterable[dict[str, Any]]) -> set[str]:
+    """Every tool_use id in `messages`."""
+    return {
+        b["id"]
+        for m in messages
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    }
+
+
 def window(messages: list[dict[str, Any]], budget_chars: int) -> list[dict[str, Any]]:
-    """The newest messages that fit the budget, starting at a user message that is not a
-    tool result (so no tool_use loses its pair). Until compaction exists, this keeps a long
-    session working instead of failing every request with "prompt is too long"."""
-    total, start = 0, len(messages)
-    for index in range(len(messages) - 1, -1, -1):
-        total += len(json.dumps(messages[index]["content"], ensure_ascii=False))
-        if total > budget_chars:
-            break
-        start = index
-    while start < len(messages) and (
-        messages[start]["role"] != "user"
-        or any(b.get("type") == "tool_result" for b in messages[start]["content"])
-    ):
-        start += 1
-    if start >= len(messages) and messages:
-        return messages[-1:] if messages[-1]["role"] == "user" else []
+    """What of a valid conversation (as `repair` returns it) is sent, within about
+    `budget_chars` characters of content JSON. Until compaction exists, this keeps a long
+    session working instead of failing every request with "prompt is too long".
+
+    Invariants, whatever the sizes:
+
+    - the result is valid: it starts at a user message that holds no tool_result, and a
+      tool_use and its tool_result are sent together or not at all;
+    - the newest such user message and everything after it are always sent; if they exceed
+      the budget, their tool results are shrunk (largest first, each keeping at least
+      `MIN_RESULT_CHARS`) with a note saying how much was cut — never dropped or orphaned;
+    - older turns are added newest first while they fit whole; the next older turn that does
+      not fit is added with its tool results shrunk when that fits the budget.
+
+    Only the copy that is sent is shrunk; the stored transcript keeps every result whole.
+    """
+    if not messages:
+        return []
+    sizes = [_size(m["content"]) for m in messages]
+    starts = [i for i, m in enumerate(messages) if _is_start(m)] or [0]
+    start = starts[-1]
+    total = sum(sizes[start:])
+    if total > budget_chars:
+        return _shrink(messages[start:], budget_chars)
+    for earlier in reversed(starts[:-1]):
+        segment = sum(sizes[earlier:start])
+        if total + segment <= budget_chars:
+            total += segment
+            start = earlier
+            continue
+        shrunk = _shrink(messages[earlier:], budget_chars)
+        if size_of(shrunk) <= budget_chars:
+            return shrunk
+        break
     return messages[start:]
+
+
+def size_of(messages: list[dict[str, Any]]) -> int:
+    """The measure `window` budgets: characters of each message's content as JSON."""
+    return sum(_size(m["content"]) for m in messages)
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False))
+
+
+def _is_start(message: dict[str, Any]) -> bool:
+    return message["role"] == "user" and not any(
+        b.get("type") == "tool_result" for b in message["content"]
+    )
+
+
+def _shrink(messages: list[dict[str, Any]], budget_chars: int) -> list[dict[str, Any]]:
+    """`messages` with the text of their tool results cut so the whole fits the budget when it
+    can: the largest results are cut first, to a common cap no lower than MIN_RESULT_CHARS."""
+    texts = [
+        _size(b["content"])
+        for m in messages
+        for b in m["content"]
+        if b.get("type") == "tool_result" and isinstance(b.get("content"), str)
+    ]
+    if not texts:
+        return messages
+    fixed = size_of(messages) - sum(texts)
+    cap = _water_level(texts, budget_chars - fixed)
+    # JSON escapes make the cut approximate; tighten the cap until the whole fits (or cannot).
+    for _ in range(8):
+        out = [_cut_results(m, cap) for m in messages]
+        if size_of(out) <= budget_chars or cap <= MIN_RESULT_CHARS:
+            return out
+        cap = max(MIN_RESULT_CHARS, int(cap * 0.8))
+    return out
+
+
+def _water_level(sizes: list[int], available: int) -> int:
+    """The highest cap c with sum(min(s, c)) <= available, but at least MIN_RESULT_CHARS."""
+    ordered = sorted(sizes)
+    remaining, count = available, len(ordered)
+    for index, size in enumerate(ordered):
+        share = remaining // (count - index)
+        if size > share:
+            return max(MIN_RESULT_CHARS, share)
+        remaining -= size
+    return max(MIN_RESULT_CHARS, ordered[-1])
+
+
+def _cut_results(message: dict[str, Any], cap: int) -> dict[str, Any]:
+    if message["role"] != "user":
+        return message
+    content = []
+    changed = False
+    for block in message["content"]:
+        text = block.get("content") if block.get("type") == "tool_result" else None
+        if isinstance(text, str) and _size(text) > cap:
+            block = {**block, "content": _cut_text(text, cap)}
+            changed = True
+        content.append(block)
+    return {"role": message["role"], "content": content} if changed else message
+
+
+def _cut_text(text: str, cap: int) -> str:
+    json_size = _size(text)
+    # Keep the same share of characters as of JSON size, minus room for the note.
+    keep = max(0, int(len(text) * cap / json_size) - 160)
+    head = keep * 2 // 3
+    tail = keep - head
+    cut = len(text) - head - tail
+    note = (
+        f"\n\n[… {cut} of {len(text)} characters of this result were cut here so the "
+        "conversation fits the model's context window …]\n\n"
+    )
+    return text[:head] + note + (text[-tail:] if tail else "")
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -99,10 +244,32 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return blocks
 
 
-def _tool_use_ids(message: dict[str, Any] | None) -> list[str]:
-    if message is None:
-        return []
-    return [b["id"] for b in message["content"] if b.get("type") == "tool_use"]
+def _pair_results(
+    results: list[dict[str, Any]], pending: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """One result per pending tool_use, in use order, named by the use's id as sent: a result
+    naming the new id wins, else the next unused one naming the model's id; the rest (orphans,
+    duplicates) are dropped and a missing one becomes an "interrupted" error result."""
+    used: set[int] = set()
+    out = []
+    for original, new in pending:
+        match = _first_unused(results, used, new)
+        if match is None:
+            match = _first_unused(results, used, original)
+        if match is None:
+            out.append(_interrupted(new))
+            continue
+        used.add(match)
+        block = results[match]
+        out.append(block if block["tool_use_id"] == new else {**block, "tool_use_id": new})
+    return out
+
+
+def _first_unused(results: list[dict[str, Any]], used: set[int], tool_use_id: str) -> int | None:
+    for n, block in enumerate(results):
+        if n not in used and block.get("tool_use_id") == tool_use_id:
+            return n
+    return None
 
 
 def _interrupted(tool_use_id: str) -> dict[str, Any]:
@@ -112,18 +279,3 @@ def _interrupted(tool_use_id: str) -> dict[str, Any]:
         "content": INTERRUPTED_RESULT,
         "is_error": True,
     }
-
-
-def _dedupe_results(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    seen: set[str] = set()
-    out = []
-    for block in results:
-        if block["tool_use_id"] not in seen:
-            seen.add(block["tool_use_id"])
-            out.append(block)
-    return out
-
-
-def _order_like(results: list[dict[str, Any]], ids: list[str]) -> list[dict[str, Any]]:
-    by_id = {b["tool_use_id"]: b for b in results}
-    return [by_id[i] for i in ids if i in by_id]

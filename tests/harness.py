@@ -55,6 +55,11 @@ async def _big(args: CountInput, ctx: ToolContext) -> str:
     return "".join(f"line {i}\n" for i in range(args.count))
 
 
+async def _binary(args: TextInput, ctx: ToolContext) -> str:
+    # What reading a binary file gives: a NUL, which PostgreSQL refuses in text and JSON.
+    return f"head\x00{args.text}\x00tail"
+
+
 def test_tools(executed: list[str]) -> list[Tool]:
     async def danger(args: TextInput, ctx: ToolContext) -> str:
         executed.append(args.text)
@@ -66,6 +71,7 @@ def test_tools(executed: list[str]) -> list[Tool]:
         Tool("boom", "Always raises.", TextInput, Risk.READ, _boom),
         Tool("refuse", "Reports a tool error.", TextInput, Risk.READ, _refuse),
         Tool("big", "Prints many lines.", CountInput, Risk.READ, _big),
+        Tool("binary", "Prints bytes that include NUL.", TextInput, Risk.READ, _binary),
         Tool("danger", "A risky action.", TextInput, Risk.EXEC, danger, describe_action=lambda a: f"danger {a.text}"),
         Tool("note", "Writes a note.", TextInput, Risk.WRITE, danger),
     ]
@@ -105,10 +111,12 @@ async def make_harness(
     config: LoopConfig = LoopConfig(model="claude-test"),
     approval_ttl_s: float = 60.0,
     now: Callable[[], datetime] | None = None,
+    db_url: str | None = None,
 ) -> CoreHarness:
+    """`db_url`: an empty database to use (default: a fresh SQLite file under tmp_path)."""
     root = tmp_path / "workspace"
     ensure_workspace(root)
-    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path / 'roost.db'}")
+    storage = await Storage.open(db_url or f"sqlite+aiosqlite:///{tmp_path / 'roost.db'}")
     executed: list[str] = []
     registry = ToolRegistry(test_tools(executed))
     gate = ApprovalGate(storage, approvers=[OWNER], ttl_s=approval_ttl_s)

@@ -106,3 +106,35 @@ async def test_tool_call_for_unknown_run_violates_foreign_key(storage: Storage) 
     # Also proves SQLite runs with PRAGMA foreign_keys=ON.
     with pytest.raises(IntegrityError):
         await storage.record_tool_call("no-such-run", "toolu_x", "exec", {})
+
+
+async def test_repeated_tool_call_ids_never_hit_a_primary_key(storage: Storage, clock: FakeClock) -> None:
+    """A model repeating an id in one message, or an endpoint numbering ids per response
+    ("toolu_1" in every run), hit the tool_calls primary key and failed the run."""
+    await storage.start_run("r1", "main", "m")
+    await storage.start_run("r2", "main", "m")
+    await storage.record_tool_call("r1", "toolu_1", "read_file", {"path": "a"})
+    clock.advance(timedelta(milliseconds=1))
+    await storage.record_tool_call("r1", "toolu_1", "read_file", {"path": "b"})
+    clock.advance(timedelta(milliseconds=1))
+    await storage.record_tool_call("r2", "toolu_1", "read_file", {"path": "c"})
+    await storage.finish_tool_call("toolu_1", "from r1", False, 0.1, run_id="r1")
+    await storage.finish_tool_call("toolu_1", "r1 again", False, 0.1, run_id="r1")
+    await storage.finish_tool_call("toolu_1", "from r2", False, 0.1)  # no run: the newest open one
+    first = await storage.tool_calls_for_run("r1")
+    assert [(c.input["path"], c.output) for c in first] == [("a", "r1 again"), ("b", "from r1")]
+    (second,) = await storage.tool_calls_for_run("r2")
+    assert (second.input["path"], second.output) == ("c", "from r2")
+
+
+async def test_nul_and_lone_surrogates_are_stored_cleanly(storage: Storage) -> None:
+    """PostgreSQL refuses NUL in text and JSON; a lone surrogate poisons every later request."""
+    await storage.start_run("r1", "main", "model\x00")
+    await storage.record_tool_call("r1", "toolu_a", "exec\x00", {"cmd\x00": "cat bin\x00 \ud83d"})
+    await storage.finish_tool_call("toolu_a", "ELF\x00\x00\x01 \udc00", False, 0.1, run_id="r1")
+    await storage.finish_run("r1", "finished", "end\x00turn", 1, Usage())
+    (call,) = await storage.tool_calls_for_run("r1")
+    assert call.name == "exec\u2400" and call.input == {"cmd\u2400": "cat bin\u2400 \ufffd"}
+    assert call.output == "ELF\u2400\u2400\x01 \ufffd"
+    run = await storage.get_run("r1")
+    assert run is not None and (run.model, run.stop_reason) == ("model\u2400", "end\u2400turn")

@@ -125,3 +125,18 @@ async def test_transcript_without_session_row_uses_epoch_zero(storage: Storage) 
     assert len(await storage.load_transcript("dm:telegram:5")) == 1
     await storage.ensure_session("dm:telegram:5", "sub", "telegram", "5")
     assert len(await storage.load_transcript("dm:telegram:5")) == 1
+
+
+async def test_transcript_with_nul_and_lone_surrogates_is_stored_cleanly(storage: Storage) -> None:
+    """PostgreSQL refuses NUL in text and JSON; a lone surrogate poisons every later request."""
+    await storage.append_message("main", "r1", "user", [{"type": "text", "text": "half \ud83d, nul \x00"}])
+    await storage.append_message(
+        "main", "r1", "assistant",
+        [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path\x00": "a\udc00"}}],
+    )
+    assert await storage.load_transcript("main") == [
+        {"role": "user", "content": [{"type": "text", "text": "half \ufffd, nul \u2400"}]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path\u2400": "a\ufffd"}}
+        ]},
+    ]

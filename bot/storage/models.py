@@ -120,10 +120,14 @@ class RunModel(Base):
 
 
 class ToolCallModel(Base):
+    """Keyed by our own id (migration 0003): the model's tool_use ids may repeat, within one
+    message or across runs."""
+
     __tablename__ = "tool_calls"
     __table_args__ = (Index(None, "run_id"),)
 
-    call_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    call_id: Mapped[str] = mapped_column(String(128))
     # A tool call belongs to a run the core has started; the FK catches out-of-order writes.
     run_id: Mapped[str] = mapped_column(String(64), ForeignKey("runs.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(128))

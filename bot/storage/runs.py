@@ -1,4 +1,8 @@
-"""Runs (status, stop reason, token usage) and the tool calls made during them."""
+"""Runs (status, stop reason, token usage) and the tool calls made during them.
+
+Every text written is passed through `agent_core.text.clean_text`/`clean_json` first, so what
+is stored is valid for SQLite and PostgreSQL alike (PostgreSQL refuses NUL in text and JSON).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from agent_core.events import Usage
+from agent_core.text import clean_json, clean_text
 from bot.storage.base import RepositoryBase
 from bot.storage.models import RunModel, ToolCallModel
 from bot.storage.records import RunRow, SessionUsage, ToolCallRow
@@ -49,7 +54,7 @@ class RunRepository(RepositoryBase):
                 RunModel(
                     id=run_id,
                     session_key=session_key,
-                    model=model,
+                    model=clean_text(model),
                     status="running",
                     turns=0,
                     input_tokens=0,
@@ -70,7 +75,7 @@ class RunRepository(RepositoryBase):
                 .where(RunModel.id == run_id)
                 .values(
                     status=status,
-                    stop_reason=stop_reason,
+                    stop_reason=clean_text(stop_reason),
                     turns=turns,
                     input_tokens=usage.input_tokens,
                     output_tokens=usage.output_tokens,
@@ -138,23 +143,35 @@ class RunRepository(RepositoryBase):
     async def record_tool_call(
         self, run_id: str, call_id: str, name: str, input: dict[str, Any]
     ) -> None:
-        """Record a tool call as started; its run must already exist (start_run)."""
+        """Record a tool call as started; its run must already exist (start_run). The same
+        call_id may be recorded again (models repeat ids); each call is its own row."""
         async with self._tx() as s:
             s.add(
                 ToolCallModel(
-                    call_id=call_id, run_id=run_id, name=name, input=input, started_at=self._now()
+                    call_id=clean_text(call_id),
+                    run_id=run_id,
+                    name=clean_text(name),
+                    input=clean_json(input),
+                    started_at=self._now(),
                 )
             )
 
     async def finish_tool_call(
-        self, call_id: str, output: str, is_error: bool, duration_s: float
+        self, call_id: str, output: str, is_error: bool, duration_s: float, *, run_id: str | None = None
     ) -> None:
+        """Finish the newest unfinished call recorded with this call_id (in `run_id` when
+        given: call ids are unique within a run, but another run may reuse one)."""
+        newest = select(func.max(ToolCallModel.id)).where(
+            ToolCallModel.call_id == clean_text(call_id), ToolCallModel.finished_at.is_(None)
+        )
+        if run_id is not None:
+            newest = newest.where(ToolCallModel.run_id == run_id)
         async with self._tx() as s:
             await s.execute(
                 update(ToolCallModel)
-                .where(ToolCallModel.call_id == call_id)
+                .where(ToolCallModel.id == newest.scalar_subquery())
                 .values(
-                    output=output,
+                    output=clean_text(output),
                     is_error=is_error,
                     duration_s=duration_s,
                     finished_at=self._now(),
@@ -168,6 +185,6 @@ class RunRepository(RepositoryBase):
             rows = await s.scalars(
                 select(ToolCallModel)
                 .where(ToolCallModel.run_id == run_id)
-                .order_by(ToolCallModel.started_at, ToolCallModel.call_id)
+                .order_by(ToolCallModel.started_at, ToolCallModel.id)
             )
             return [_tool_call_row(m) for m in rows]

@@ -1,4 +1,8 @@
-"""Sessions (scope, epoch, model override) and their transcript."""
+"""Sessions (scope, epoch, model override) and their transcript.
+
+Text is cleaned (`agent_core.text`) before it is written, so the transcript is valid for both
+databases (PostgreSQL refuses NUL) and for every later request (no lone surrogates).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
+from agent_core.text import clean_json, clean_text
 from bot.storage.base import RepositoryBase
 from bot.storage.models import MessageModel, SessionModel
 from bot.storage.records import SessionRow, SessionScope, TranscriptRow, UnknownSession
@@ -50,7 +55,7 @@ class SessionRepository(RepositoryBase):
                     key=key,
                     scope=scope,
                     platform=platform,
-                    chat_id=chat_id,
+                    chat_id=None if chat_id is None else clean_text(chat_id),
                     epoch=0,
                     created_at=now,
                     updated_at=now,
@@ -74,7 +79,7 @@ class SessionRepository(RepositoryBase):
     async def set_model(self, key: str, model: str | None) -> SessionRow:
         """Pin a model for this session, or None to go back to the configured default.
         Raises UnknownSession."""
-        return await self._update_session(key, model_override=model)
+        return await self._update_session(key, model_override=None if model is None else clean_text(model))
 
     async def _update_session(self, key: str, **values: Any) -> SessionRow:
         async with self._tx() as s:
@@ -103,7 +108,7 @@ class SessionRepository(RepositoryBase):
                     epoch=_current_epoch(session_key),
                     run_id=run_id,
                     role=role,
-                    content=content,
+                    content=clean_json(content),
                     created_at=self._now(),
                 )
             )

@@ -18,6 +18,12 @@ Contract:
   then the ``script`` queue, then the ``responder`` (default: ``echo_responder``). A request
   rejected before that point consumes nothing.
 - Every request is recorded on arrival (``requests``) and updated as its answer proceeds.
+- ``context_window_tokens``: when set, a ``/v1/messages`` request whose prompt counts more
+  tokens (``ceil(characters / 4)`` of its canonical JSON, as ``count_tokens`` reports) gets the
+  real 400 ``invalid_request_error`` "prompt is too long: N tokens > M maximum".
+- ``tool_ids="numbered"``: tool uses without a scripted id are served as ``toolu_1``,
+  ``toolu_2``, … per response (some Anthropic-compatible endpoints do this), so ids repeat
+  across responses; the default ``"random"`` mimics the real service.
 - The server runs on its own event loop in a daemon thread, so sync tests, async tests and
   subprocesses can all use it; every public method is thread-safe.
 """
@@ -74,10 +80,16 @@ class FakeAnthropic:
         api_key: str | None = None,
         require_user_first: bool = True,
         host: str = "127.0.0.1",
+        context_window_tokens: int | None = None,
+        tool_ids: Literal["random", "numbered"] = "random",
     ) -> None:
         """``api_key``: when set, any other credential gets 401. ``require_user_first``: reject
-        a conversation opening with an assistant turn (Bedrock does; the 1P API now allows it)."""
+        a conversation opening with an assistant turn (Bedrock does; the 1P API now allows it).
+        ``context_window_tokens`` and ``tool_ids``: see the module docstring; both may also be
+        changed at any time through the attributes of the same name."""
         self._api_key = api_key
+        self.context_window_tokens = context_window_tokens
+        self.tool_ids = tool_ids
         self._require_user_first = require_user_first
         self._host = host
         self._scripts = ScriptQueue(responder or echo_responder)
@@ -286,6 +298,9 @@ class FakeAnthropic:
             raise invalid("There was an error parsing the body of your request: body is not valid JSON")
         endpoint = "count_tokens" if request.path.endswith("/count_tokens") else "messages"
         validate_request(body, endpoint=endpoint, require_user_first=self._require_user_first)
+        limit = self.context_window_tokens
+        if endpoint == "messages" and limit is not None and (used := count_tokens(body)) > limit:
+            raise invalid(f"prompt is too long: {used} tokens > {limit} maximum")
         if endpoint == "count_tokens":
             self._log.update(key, status=200, outcome="answered")
             return web.json_response({"input_tokens": count_tokens(body)}, headers={"request-id": request_id})
@@ -305,7 +320,7 @@ class FakeAnthropic:
             self._log.update(key, served=response)
             await self._pause(response.seconds)
             raise self._drop(request, key, response)
-        reply = response.with_ids()
+        reply = response.with_ids(numbered=self.tool_ids == "numbered")
         self._log.update(key, served=reply)
         prompt = self._cache.account(body)
         message_id = new_id("msg_01")

@@ -131,10 +131,14 @@ class Reply:
             else "end_turn"
         )
 
-    def with_ids(self) -> Reply:
-        """The same reply with every tool use given a concrete id (what actually gets served)."""
+    def with_ids(self, *, numbered: bool = False) -> Reply:
+        """The same reply with every tool use given a concrete id (what actually gets served):
+        random ``toolu_01…`` ids like the real service, or with ``numbered`` ``toolu_1``,
+        ``toolu_2``, … counted per response, as some Anthropic-compatible endpoints do (so
+        the same ids come back in every response)."""
+        counter = iter(range(1, len(self.parts) + 1))
         parts = tuple(
-            dataclasses.replace(p, id=new_id("toolu_01"))
+            dataclasses.replace(p, id=f"toolu_{next(counter)}" if numbered else new_id("toolu_01"))
             if isinstance(p, ToolUse | RawToolUse) and p.id is None
             else p
             for p in self.parts
