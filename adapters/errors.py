@@ -4,7 +4,13 @@
      ├── RateLimited              429 / RetryAfter: nothing happened, retry after `retry_after` s
      ├── FormattingRejected       the platform could not parse the entities: resend as plain text
      ├── MessageTooLong           the text exceeds the platform limit
-     └── MessageGone              the edit/delete target no longer exists (deleted by a user)
+     ├── MessageGone              the edit/delete target no longer exists (deleted by a user)
+     └── DeliveryUnknown          the request was written but its answer was lost (read
+                                  timeout, connection reset): it MAY have taken effect
+
+Every `DeliveryError` except `DeliveryUnknown` means "did not take effect": retrying is
+safe. `DeliveryUnknown` on an edit or delete is harmless to retry (both are idempotent);
+on a send it must never be retried blindly, or the chat shows the message twice.
 
 Implementers translate with `raise RateLimited(...) from exc`. "Message is not modified"
 is NOT an error: a transport returns normally for it.
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 
 class DeliveryError(Exception):
-    """A send/edit/delete did not take effect."""
+    """A send/edit/delete failed; it did not take effect unless it is `DeliveryUnknown`."""
 
 
 class RateLimited(DeliveryError):
@@ -36,3 +42,8 @@ class MessageTooLong(DeliveryError):
 
 class MessageGone(DeliveryError):
     """The message to edit or delete does not exist any more."""
+
+
+class DeliveryUnknown(DeliveryError):
+    """The request reached the platform (or may have) but its answer was lost; for a send,
+    the message may or may not exist, and its id is unknown."""

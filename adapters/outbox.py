@@ -1,4 +1,4 @@
-"""One outbox per platform adapter: keyed, coalescing, paced per chat, paused on 429.
+"""One outbox per platform adapter: keyed, coalescing, paced per chat with bursts, paused on 429.
 
 Callers submit *actions* under a key (e.g. one per message). An action reads the latest
 state when it runs, so a key pending while newer text arrives still sends only the newest
@@ -9,8 +9,13 @@ text: intermediate states are skipped for free. Rules:
 - up to `workers` requests in flight, but at most one per chat (so per message): a chat is
   busy while its op runs, and the platform's latency in one chat does not hold the others;
 - order: ready ops of idle chats by priority (send > delete > edit), then by first
-  submission; so within a chat, sends go before deletes before edits;
-- per chat: an op that made a request delays that chat's next op by its `interval`;
+  submission; so within a chat, sends go before deletes before edits — except that right
+  after a send, a ready edit or delete of that chat goes first: a flood of sends (notices)
+  never holds a live reply's edits for more than one extra request;
+- per chat, a token bucket (`Pace`): `burst` requests at once, refilled one per
+  `interval` (the sustained rate), and at most `per_minute` in any 60 s if set; per key
+  (one message), requests stay `interval` apart whatever the bucket holds. An op that made
+  a request takes a token when it started;
 - `RateLimited(retry_after)` pauses the whole outbox (the platform's flood control is per
   bot) and requeues the op, which then runs with the latest state: never a duplicate.
   Requests already in flight in other chats finish; no new one starts until the pause ends.
@@ -28,6 +33,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
+from collections import deque
 from dataclasses import dataclass
 from enum import IntEnum
 from types import TracebackType
@@ -50,13 +56,43 @@ class Priority(IntEnum):
     EDIT = 2
 
 
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """How fast one chat may go. Telegram: one request a second sustained, short bursts
+    tolerated, groups 20 a minute; edits of one message ≥ 1 s apart."""
+
+    interval: float = 1.0
+    """Sustained seconds per request in the chat, and the minimum gap per key (message)."""
+    burst: int = 1
+    """Requests a rested chat may make at once (the bucket's size)."""
+    per_minute: int | None = None
+    """Cap on requests in any 60 s, bursts included (None: no cap)."""
+
+
+@dataclass(slots=True)
+class _Bucket:
+    tokens: float
+    at: float
+    full_at: float
+    """When the bucket is full again (then it is forgotten, as if never used)."""
+
+    def level(self, now: float, pace: Pace) -> float:
+        if pace.interval <= 0:
+            return float(pace.burst)
+        return min(float(pace.burst), self.tokens + max(0.0, now - self.at) / pace.interval)
+
+    def ready_at(self, now: float, pace: Pace) -> float:
+        level = self.level(now, pace)
+        return now if level >= 1.0 else now + (1.0 - level) * pace.interval
+
+
 @dataclass(slots=True)
 class _Op:
     chat: Hashable
     key: Hashable
     priority: Priority
     action: Action
-    interval: float
+    pace: Pace
     seq: int
     on_drop: Callable[[], None] | None
 
@@ -73,7 +109,12 @@ class Outbox:
         self._sleep = sleep
         self._workers = workers
         self._pending: dict[Hashable, _Op] = {}
-        self._next_at: dict[Hashable, float] = {}
+        self._buckets: dict[Hashable, _Bucket] = {}
+        self._recent: dict[Hashable, deque[float]] = {}
+        """Chats with a `per_minute` cap → start times of their requests in the last 60 s."""
+        self._key_next_at: dict[Hashable, float] = {}
+        self._last_sent: set[Hashable] = set()
+        """Chats whose last op was a send: their next pick prefers an edit or delete."""
         self._retry_at = 0.0
         self._seq = itertools.count()
         self._wakeup = asyncio.Event()
@@ -141,21 +182,24 @@ class Outbox:
         *,
         priority: Priority = Priority.EDIT,
         interval: float = 1.0,
+        pace: Pace | None = None,
         on_drop: Callable[[], None] | None = None,
     ) -> None:
         """Queue `action` under `key`. If `key` is already pending, the newer action and the
         higher priority win and the op keeps its place. If `key` is in flight, the new op
-        runs after it (a chat has one op in flight at a time). `on_drop` runs if the outbox
-        closes before the op ran or while it was running."""
+        runs after it (a chat has one op in flight at a time). `pace` (default: `interval`
+        with no burst) should be the same for every op of a chat. `on_drop` runs if the
+        outbox closes before the op ran or while it was running."""
         self._ensure_worker()
+        pace = pace if pace is not None else Pace(interval)
         existing = self._pending.get(key)
         if existing is not None:
             existing.action = action
             existing.priority = min(existing.priority, priority)
-            existing.interval = interval
+            existing.pace = pace
             existing.on_drop = on_drop
         else:
-            self._pending[key] = _Op(chat, key, priority, action, interval, next(self._seq), on_drop)
+            self._pending[key] = _Op(chat, key, priority, action, pace, next(self._seq), on_drop)
         self._idle.clear()
         self._wakeup.set()
 
@@ -189,16 +233,53 @@ class Outbox:
 
     # -- dispatcher and op tasks -------------------------------------------------------
 
-    def _ready_at(self, op: _Op) -> float:
-        return max(self._next_at.get(op.chat, float("-inf")), self._retry_at)
+    def _ready_at(self, op: _Op, now: float) -> float:
+        at = max(self._retry_at, self._key_next_at.get(op.key, float("-inf")))
+        bucket = self._buckets.get(op.chat)
+        if bucket is not None:
+            at = max(at, bucket.ready_at(now, op.pace))
+        recent = self._recent.get(op.chat)
+        if op.pace.per_minute is not None and recent and len(recent) >= op.pace.per_minute:
+            at = max(at, recent[-op.pace.per_minute] + 60.0)
+        return at
 
     def _waiting(self) -> list[_Op]:
         """Pending ops whose chat has nothing in flight (a busy chat wakes us when done)."""
         return [op for op in self._pending.values() if op.chat not in self._in_flight]
 
     def _pick(self, now: float) -> _Op | None:
-        ready = [op for op in self._waiting() if self._ready_at(op) <= now]
-        return min(ready, key=lambda op: (op.priority, op.seq)) if ready else None
+        best: dict[Hashable, _Op] = {}
+        for op in self._waiting():
+            if self._ready_at(op, now) > now:
+                continue
+            current = best.get(op.chat)
+            if current is None or self._before(op, current):
+                best[op.chat] = op
+        return min(best.values(), key=lambda op: (op.priority, op.seq)) if best else None
+
+    def _before(self, op: _Op, other: _Op) -> bool:
+        """Within one chat: priority order, but after a send an edit or delete goes first."""
+        if op.chat in self._last_sent and (op.priority == Priority.SEND) != (other.priority == Priority.SEND):
+            return op.priority != Priority.SEND
+        return (op.priority, op.seq) < (other.priority, other.seq)
+
+    def _took(self, op: _Op, started: float) -> None:
+        """Charge one request that started at `started` to the op's chat and key."""
+        pace = op.pace
+        bucket = self._buckets.get(op.chat)
+        level = bucket.level(started, pace) if bucket is not None else float(pace.burst)
+        full_at = started + (pace.burst - level + 1.0) * pace.interval
+        self._buckets[op.chat] = _Bucket(level - 1.0, started, full_at)
+        self._key_next_at[op.key] = max(self._key_next_at.get(op.key, 0.0), started + pace.interval)
+        if pace.per_minute is not None:
+            recent = self._recent.setdefault(op.chat, deque(maxlen=pace.per_minute))
+            recent.append(started)
+
+    def _forget_rested(self, now: float) -> None:
+        """Drop pacing state that no longer constrains anything (the outbox is idle)."""
+        self._buckets = {c: b for c, b in self._buckets.items() if b.full_at > now}
+        self._recent = {c: r for c, r in self._recent.items() if r and now - r[-1] < 60.0}
+        self._key_next_at = {k: t for k, t in self._key_next_at.items() if t > now}
 
     async def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -206,14 +287,19 @@ class Outbox:
             now = self._clock()
             while len(self._in_flight) < self._workers and (op := self._pick(now)) is not None:
                 del self._pending[op.key]
+                if op.priority == Priority.SEND:
+                    self._last_sent.add(op.chat)
+                else:
+                    self._last_sent.discard(op.chat)
                 task = loop.create_task(self._execute(op), name="outbox.op")
                 self._in_flight[op.chat] = (op, task)
             wait: float | None = None
             if not self._pending and not self._in_flight:
-                self._next_at = {c: t for c, t in self._next_at.items() if t > now}
+                self._forget_rested(now)
+                self._last_sent.clear()
                 self._idle.set()
             elif len(self._in_flight) < self._workers and (waiting := self._waiting()):
-                wait = min(self._ready_at(o) for o in waiting) - now
+                wait = min(self._ready_at(o, now) for o in waiting) - now
             self._wakeup.clear()
             await self._wait(wait)
 
@@ -239,7 +325,7 @@ class Outbox:
             raise
         finally:
             if made_request:
-                self._next_at[op.chat] = max(self._next_at.get(op.chat, 0.0), started + op.interval)
+                self._took(op, started)
             del self._in_flight[op.chat]
             self._wakeup.set()
 

@@ -15,6 +15,10 @@ Contract of `StreamRenderer` (one per run):
 - `RateLimited` pauses the outbox and the same message is retried with the newest text;
   `FormattingRejected` resends the chunk as plain text; a message deleted by the user
   (`MessageGone`) is left alone;
+- a send whose answer was lost (`DeliveryUnknown`) is never sent again as is: at the
+  part's next turn the transport (`LostSendProbe`) looks for the message; found, it is
+  adopted and edited on; provably absent, the part is sent afresh; if the transport cannot
+  tell, the part is given up (a possibly missing part beats a duplicate);
 - `on_delivery(part_index, message_id, text, final)` runs after every delivered request.
 """
 
@@ -32,12 +36,12 @@ from typing import Any
 
 from agent_core.events import Event, RunFailed, RunFinished, TextDelta, TurnEnded
 
-from adapters.errors import DeliveryError, MessageGone, RateLimited
-from adapters.outbox import Clock, Outbox, Priority, Sleep
+from adapters.errors import DeliveryError, DeliveryUnknown, MessageGone, RateLimited
+from adapters.outbox import Clock, Outbox, Pace, Priority, Sleep
 from adapters.render.chunks import ChunkSpec
 from adapters.render.entities import Payload
 from adapters.render.layout import Part, PartState, ReplyLayout
-from adapters.transport import ChatTransport, edit_payload, send_payload
+from adapters.transport import ChatTransport, LostSendProbe, edit_payload, send_payload
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +103,11 @@ class StreamRenderer:
         self._first_chars, self._first_after = first_send_chars, first_send_after_s
         self._typing_every, self._max_attempts = typing_every_s, max_attempts
         self._uid = next(_ids)
+        self._pace = Pace(
+            transport.min_edit_interval_s,
+            getattr(transport, "burst", 1),
+            getattr(transport, "per_minute", None),
+        )
         self._gate_open = False  # may the first message be sent?
         self._first_content_at: float | None = None
         self._started = False
@@ -272,7 +281,7 @@ class StreamRenderer:
             self._key(part),
             lambda: self._sync(part),
             priority=priority,
-            interval=self._t.min_edit_interval_s,
+            pace=self._pace,
             on_drop=dropped,
         )
 
@@ -286,7 +295,9 @@ class StreamRenderer:
         desired = self._layout.payload(part)
         made_request, report = True, False
         try:
-            if not desired.text:
+            if part.lost is not None:
+                report = await self._find_lost(part)
+            elif not desired.text:
                 if part.final is None or part.message_id is None:
                     made_request = False  # nothing to show yet
                 else:
@@ -308,6 +319,16 @@ class StreamRenderer:
         except MessageGone:
             log.info("stream.message_gone part=%d", part.index)
             part.state = "gone"
+        except DeliveryUnknown as exc:
+            if part.lost is not None:  # the transport cannot tell whether it was posted
+                log.warning("stream.lost_send_given_up part=%d: %s", part.index, exc)
+                part.state = "failed"
+            elif part.message_id is None:  # a send: it may show, under an unknown id
+                log.warning("stream.send_answer_lost part=%d: %s", part.index, exc)
+                part.lost, part.dirty = desired, True
+            else:  # edits and deletes are idempotent: just go again with the newest text
+                log.warning("stream.answer_lost part=%d: %s", part.index, exc)
+                part.dirty = True
         except DeliveryError as exc:
             part.failures += 1
             log.warning("stream.delivery_failed part=%d attempt=%d: %s", part.index, part.failures, exc)
@@ -323,6 +344,23 @@ class StreamRenderer:
         self._schedule()
         self._progress.set()
         return made_request
+
+    async def _find_lost(self, part: Part) -> bool:
+        """Look for the message of a send whose answer was lost; True if found (adopted)."""
+        lost = part.lost
+        assert lost is not None
+        if not isinstance(self._t, LostSendProbe):
+            raise DeliveryUnknown("this transport cannot look for a lost message")
+        found = await self._t.find_sent(lost.text, list(lost.entities))
+        part.lost, part.dirty = None, True
+        if found is None:
+            log.info("stream.lost_send_absent part=%d: sending it now", part.index)
+            return False
+        log.info("stream.lost_send_found part=%d message=%s", part.index, found)
+        part.message_id = found
+        if part.index == 0:
+            self._stop_typing()
+        return self._delivered(part, lost)
 
     @staticmethod
     def _delivered(part: Part, payload: Payload) -> bool:
@@ -356,15 +394,20 @@ class StreamRenderer:
             self._typing_task.cancel()
 
     async def _typing_loop(self) -> None:
+        """The indicator is a courtesy: a 429 on it only delays the next indicator. It does
+        not pause the outbox — holding the answer back to show "typing…" would be absurd;
+        if the chat really is flooded, the answer's own request gets its 429 and pauses."""
         while not self._layout.finished and self._parts[0].message_id is None:
+            wait = self._typing_every
             if not self._outbox.paused:
                 try:
                     await self._t.typing()
                 except RateLimited as exc:
-                    self._outbox.pause_for(exc.retry_after)
+                    log.info("stream.typing_rate_limited retry_after=%.1f", exc.retry_after)
+                    wait = max(wait, exc.retry_after)
                 except DeliveryError as exc:
                     log.debug("stream.typing_failed: %s", exc)
-            await self._sleep(self._typing_every)
+            await self._sleep(wait)
 
     async def _first_send_timer(self) -> None:
         assert self._first_content_at is not None

@@ -16,7 +16,7 @@ from adapters.errors import FormattingRejected, MessageTooLong
 from adapters.render.entities import Entity, Payload
 from adapters.render.utf16 import Unit, index_for_units, measure
 
-__all__ = ["ChatTransport", "Entity", "Unit", "edit_payload", "send_payload"]
+__all__ = ["ChatTransport", "Entity", "LostSendProbe", "Unit", "edit_payload", "send_payload"]
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +26,10 @@ class ChatTransport(Protocol):
     """Sends, edits and deletes messages in one chat.
 
     Contract for implementers:
-    - `send` posts a new message and returns its id. Only raise after the message
-      definitely was not posted; a `RateLimited` send is retried, so a send that raises but
-      was delivered would show twice.
+    - `send` posts a new message and returns its id. Raise `DeliveryUnknown` when the
+      request may have been posted but its answer was lost (read timeout, connection reset
+      after writing): it is never retried blindly. Every other error means "not posted"
+      and the send may be retried.
     - `edit` replaces a message's text and entities. The platform's "message is not
       modified" answer (Telegram 400) means the message already shows this content: return
       normally, never raise for it.
@@ -61,6 +62,19 @@ class ChatTransport(Protocol):
     async def delete(self, message_id: str) -> None: ...
 
     async def typing(self) -> None: ...
+
+
+@runtime_checkable
+class LostSendProbe(Protocol):
+    """Optional: a transport that can tell whether a send whose answer was lost
+    (`DeliveryUnknown`) posted its message. Without it such a part is given up, never
+    resent (a missing part beats a duplicate)."""
+
+    async def find_sent(self, text: str, entities: list[Entity]) -> str | None:
+        """The lost message's id if it exists (then it shows exactly `text`), None if it
+        provably does not. Raise `DeliveryUnknown` if it cannot tell; other
+        `DeliveryError`s are retried."""
+        ...
 
 
 async def send_payload(transport: ChatTransport, payload: Payload) -> str:

@@ -20,7 +20,7 @@ from telegram import (
     MessageEntity,
     Update,
 )
-from telegram.error import BadRequest, Conflict, InvalidToken, NetworkError, RetryAfter
+from telegram.error import BadRequest, Conflict, InvalidToken, NetworkError, RetryAfter, TimedOut
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
 from telegram.request import HTTPXRequest
 
@@ -410,6 +410,66 @@ async def test_get_updates_offset_limit_timeout_and_redelivery(tg: FakeTelegram,
     assert tg.pending_updates == []  # a disallowed update is dropped, as by Telegram
 
 
+async def test_privacy_mode_withholds_unaddressed_group_messages(tg: FakeTelegram, bot: Bot) -> None:
+    group = -1001234567890
+    me = await bot.get_me()
+    assert me.can_read_all_group_messages is False  # Telegram's default: privacy mode on
+    tg.send_group(group, 5, "chatting among ourselves")
+    tg.send_group(group, 5, "/help")  # a bare command: for us
+    tg.send_group(group, 5, "/help@other_bot")
+    tg.send_group(group, 5, "hey you", mention=True)
+    tg.send_group(group, 5, "a topic message", thread_id=9)  # a reply to the topic, not to us
+    texts = [u.message.text for u in await bot.get_updates() if u.message]
+    assert texts == ["/help", "@roost_bot hey you"]
+    tg.set_privacy_mode(False)
+    assert (await bot.get_me()).can_read_all_group_messages is True
+    tg.send_group(group, 5, "now everything")
+    (update,) = await bot.get_updates(offset=-1)
+    assert update.message is not None and update.message.text == "now everything"
+
+
+async def test_flood_limits_allow_a_burst_then_one_a_second_and_20_a_minute_in_groups(
+    tg: FakeTelegram, bot: Bot
+) -> None:
+    tg.add_chat(OWNER)
+    tg.flood_limit(60.0, burst=3)  # a slow refill: the burst alone is measured
+    for n in range(3):
+        await bot.send_message(OWNER, f"burst {n}")
+    with pytest.raises(RetryAfter) as refused:
+        await bot.send_message(OWNER, "one too many")
+    assert _seconds(refused.value.retry_after) >= 1
+    group = -100777
+    tg.add_chat(group)
+    tg.flood_limit(0.001, burst=100, group_per_minute=20)
+    for n in range(20):
+        await bot.send_message(group, f"g{n}")
+    with pytest.raises(RetryAfter):
+        await bot.send_message(group, "the 21st this minute")
+    await bot.send_message(OWNER, "private chats have no per-minute cap")
+
+
+async def test_a_dropped_response_still_took_effect(tg: FakeTelegram) -> None:
+    """apply-then-drop: the message exists, the client only sees a broken connection
+    (reset) or its read timeout (stall); apply=False loses the request itself."""
+    tg.add_chat(OWNER)
+    request = HTTPXRequest(read_timeout=0.5, httpx_kwargs={"verify": False})
+    async with Bot(tg.token, base_url=tg.base_url, request=request) as bot:
+        tg.drop_response_next("sendMessage")
+        with pytest.raises(NetworkError, match="disconnected"):
+            await bot.send_message(OWNER, "reset after applying")
+        tg.drop_response_next("sendMessage", how="stall")
+        with pytest.raises(TimedOut):
+            await bot.send_message(OWNER, "stalled after applying")
+        tg.drop_response_next("sendMessage", apply=False)
+        with pytest.raises(NetworkError):
+            await bot.send_message(OWNER, "lost before applying")
+        await bot.send_message(OWNER, "answered")
+    assert [m.text for m in tg.bot_messages(OWNER)] == [
+        "reset after applying", "stalled after applying", "answered"
+    ]
+    assert [c.dropped for c in tg.calls_of("sendMessage")] == [True, True, True, False]
+
+
 async def test_group_mention_command_and_forum_topic(tg: FakeTelegram, bot: Bot) -> None:
     group = -1001234567890
     tg.send_group(group, 5, "what's up?", title="Friends", mention=True, thread_id=11)
@@ -430,6 +490,7 @@ async def test_group_mention_command_and_forum_topic(tg: FakeTelegram, bot: Bot)
     reply_to = tg.bot_messages(group)[0].message_id
     tg.send_group(group, 6, "thanks", reply_to_bot_message_id=reply_to, thread_id=11)
     plain_group = -555
+    tg.set_privacy_mode(False)  # unaddressed group messages reach the bot only without privacy mode
     tg.send_group(plain_group, 5, "hi")
     updates = await bot.get_updates(offset=second.update_id + 1)
     assert updates[0].message is not None and updates[0].message.reply_to_message is not None

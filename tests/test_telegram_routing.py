@@ -65,6 +65,7 @@ async def test_stranger_pairs_through_the_owners_button_then_gets_an_isolated_se
 async def test_group_mention_is_answered_in_the_groups_sub_session_and_silence_is_kept(
     tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
+    tg.set_privacy_mode(False)  # BotFather /setprivacy → Disable: the bot sees the whole group
     async with running(tmp_path, tg, fake_api, paced=False) as h:
         tg.send_group(GROUP, MEMBER, "just chatting among ourselves", first_name="Bob")
         asked = tg.send_group(GROUP, MEMBER, "what's up?", mention=True, first_name="Bob")

@@ -35,6 +35,9 @@ class Part:
     delivered: Payload | None = None
     state: PartState = "live"
     failures: int = 0
+    lost: Payload | None = None
+    """Content of a send whose answer was lost: it may show in the chat, under an unknown
+    id. Never sent again as is; found (or proved absent) before this part sends."""
 
 
 class ReplyLayout:

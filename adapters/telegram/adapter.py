@@ -40,8 +40,8 @@ from adapters.telegram.callback_data import CallbackCodec
 from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
 from adapters.telegram.pacing import through_outbox
-from adapters.telegram.reply import ReplyContext, TelegramReply, chat_ref, transport_for
-from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, TelegramTransport
+from adapters.telegram.reply import ReplyContext, TelegramReply, transport_for
+from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard
 from adapters.telegram.updates import BotIdentity, describe, to_inbound
 from agent_core.inbound import ReplyTarget
 from agent_core.ports import ApprovalRecord
@@ -306,7 +306,7 @@ class TelegramAdapter:
                 return str((await transport.send_message(text, (), kb)).message_id)
 
             message_id = await through_outbox(
-                ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s
+                ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s, pace=transport.pace,
             )
         return message_id
 
@@ -317,7 +317,7 @@ class TelegramAdapter:
         if where is None:
             return
         chat_id, thread, message_id = where
-        transport = TelegramTransport(ctx.bot, chat_ref(chat_id), thread, interval_s=ctx.interval_for(chat_id))
+        transport = ctx.transport(chat_id, thread)
         payload = record_payload(record, None)
         try:
             await through_outbox(
@@ -325,6 +325,7 @@ class TelegramAdapter:
                 transport.chat_key,
                 lambda: transport.edit_message(message_id, payload.text, payload.entities, None),
                 interval=transport.min_edit_interval_s,
+                pace=transport.pace,
                 priority=Priority.EDIT,
             )
         except MessageGone:
@@ -336,9 +337,7 @@ class TelegramAdapter:
         if delivery.message_id is None:
             return
         thread = int(delivery.thread_id) if delivery.thread_id else None
-        transport = TelegramTransport(
-            ctx.bot, chat_ref(delivery.chat_id), thread, interval_s=ctx.interval_for(delivery.chat_id)
-        )
+        transport = ctx.transport(delivery.chat_id, thread)
         text = delivery.text.rstrip()
         text = text[: index_for_units(text, TELEGRAM_LIMIT_UNITS - utf16_len(INTERRUPTED_NOTE))]
         note = (text + INTERRUPTED_NOTE).strip()
@@ -349,6 +348,7 @@ class TelegramAdapter:
                 transport.chat_key,
                 lambda: transport.edit_message(message_id, note),
                 interval=transport.min_edit_interval_s,
+                pace=transport.pace,
                 priority=Priority.EDIT,
             )
         except MessageGone:

@@ -265,6 +265,7 @@ class ApprovalCards:
             lambda: self._sync(card),
             priority=priority,
             interval=card.transport.min_edit_interval_s,
+            pace=card.transport.pace,
             on_drop=dropped,
         )
 

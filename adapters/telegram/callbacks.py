@@ -28,7 +28,7 @@ from adapters.telegram.approval_cards import outcome_text, record_payload
 from adapters.telegram.callback_data import ApprovalPress, CallbackCodec, parse_approval
 from adapters.telegram.pacing import through_outbox
 from adapters.telegram.reply import ReplyContext
-from adapters.telegram.transport import TelegramTransport, call
+from adapters.telegram.transport import call
 from agent_core.approvals import ResolveOutcome
 from agent_core.ports import ApprovalRecord
 
@@ -131,8 +131,7 @@ class CallbackHandler:
         if not message.reply_markup.inline_keyboard:
             return
         thread = message.message_thread_id if message.is_topic_message else None
-        interval = self._ctx.interval_for(str(message.chat.id))
-        transport = TelegramTransport(self._bot, message.chat.id, thread, interval_s=interval)
+        transport = self._ctx.transport(str(message.chat.id), thread)
 
         async def edit() -> None:
             if payload is None:
@@ -142,7 +141,11 @@ class CallbackHandler:
 
         try:
             await through_outbox(
-                self._outbox, transport.chat_key, edit, interval=transport.min_edit_interval_s,
+                self._outbox,
+                transport.chat_key,
+                edit,
+                interval=transport.min_edit_interval_s,
+                pace=transport.pace,
                 priority=Priority.EDIT,
             )
         except DeliveryError as exc:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
 from adapters.errors import DeliveryError, RateLimited
-from adapters.outbox import Outbox, Priority
+from adapters.outbox import Outbox, Pace, Priority
 
 T = TypeVar("T")
 _ids = itertools.count()
@@ -28,6 +28,7 @@ async def through_outbox(
     *,
     interval: float,
     priority: Priority = Priority.SEND,
+    pace: Pace | None = None,
 ) -> T:
     """Run `request` in the outbox worker when `chat` may be sent to; see the module docstring."""
     if outbox.closed:
@@ -54,7 +55,7 @@ async def through_outbox(
         if not done.done():
             done.set_exception(DeliveryError("the Telegram adapter closed before sending"))
 
-    outbox.submit(chat, key, action, priority=priority, interval=interval, on_drop=dropped)
+    outbox.submit(chat, key, action, priority=priority, interval=interval, pace=pace, on_drop=dropped)
     try:
         return await done
     except asyncio.CancelledError:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from telegram import Bot
 
@@ -24,7 +24,7 @@ from adapters.base import Delivery, InboundHandler
 from adapters.outbox import Clock, Outbox, Sleep
 from adapters.stream import StreamRenderer
 from adapters.telegram.approval_cards import ApprovalCards
-from adapters.telegram.transport import TelegramTransport
+from adapters.telegram.transport import BURST, GROUP_PER_MINUTE, SentLedger, TelegramTransport
 from agent_core.events import ApprovalRequested, ApprovalResolved, Event, RunStarted
 from agent_core.inbound import ReplyTarget
 
@@ -47,9 +47,33 @@ class ReplyContext:
     group_interval_s: float
     """Seconds between requests in one chat (`transport.EDIT_INTERVAL_S` and
     `GROUP_INTERVAL_S`, unless a test that is not about pacing shortens them)."""
+    burst: int = BURST
+    ledger: SentLedger = field(default_factory=SentLedger)
+    """Every message this adapter sent, so a lost-send probe never edits one of them."""
 
     def interval_for(self, chat_id: str) -> float:
         return self.group_interval_s if is_group(chat_id) else self.private_interval_s
+
+    def transport(
+        self,
+        chat_id: str,
+        thread_id: int | None = None,
+        reply_to: int | None = None,
+        *,
+        floor_id: int | None = None,
+    ) -> TelegramTransport:
+        """A transport with this adapter's pace, burst and ledger for one chat (and topic)."""
+        return TelegramTransport(
+            self.bot,
+            chat_ref(chat_id),
+            thread_id,
+            reply_to,
+            interval_s=self.interval_for(chat_id),
+            burst=self.burst,
+            per_minute=GROUP_PER_MINUTE if is_group(chat_id) else None,
+            ledger=self.ledger,
+            floor_id=floor_id,
+        )
 
 
 def chat_ref(chat_id: str) -> int | str:
@@ -65,14 +89,9 @@ def transport_for(ctx: ReplyContext, target: ReplyTarget, *, quote: bool) -> Tel
     """A transport for `target`; with `quote`, its first message in a group replies to the
     user's message (private chats need no quoting)."""
     thread = int(target.thread_id) if target.thread_id else None
-    reply_to = (
-        int(target.reply_to)
-        if quote and target.reply_to and target.reply_to.isdigit() and is_group(target.chat_id)
-        else None
-    )
-    return TelegramTransport(
-        ctx.bot, chat_ref(target.chat_id), thread, reply_to, interval_s=ctx.interval_for(target.chat_id)
-    )
+    answered = int(target.reply_to) if target.reply_to and target.reply_to.isdigit() else None
+    reply_to = answered if quote and is_group(target.chat_id) else None
+    return ctx.transport(target.chat_id, thread, reply_to, floor_id=answered)
 
 
 class DeliveryLog:

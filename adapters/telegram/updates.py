@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from telegram import Message, MessageEntity, Update
 
 from agent_core.inbound import ChatKind, Inbound
+from agent_core.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,10 @@ def to_inbound(update: Update, me: BotIdentity) -> Inbound | None:
     if sender is not None:
         if sender.id == me.id:
             return None  # our own message echoed back (never happens on Telegram, cheap to guard)
-        sender_id, sender_name = str(sender.id), sender.full_name or str(sender.id)
+        sender_id, sender_name = str(sender.id), clean_text(sender.full_name) or str(sender.id)
     elif message.sender_chat is not None:  # an anonymous admin or a linked channel
         sender_id = str(message.sender_chat.id)
-        sender_name = message.sender_chat.title or message.sender_chat.effective_name or sender_id
+        sender_name = clean_text(message.sender_chat.title or message.sender_chat.effective_name or "") or sender_id
     else:
         return None
     thread_id = message.message_thread_id if message.is_topic_message else None
@@ -63,7 +64,7 @@ def to_inbound(update: Update, me: BotIdentity) -> Inbound | None:
         chat_id=str(message.chat.id),
         sender_id=sender_id,
         sender_name=sender_name,
-        text=text,
+        text=clean_text(text),  # a lone surrogate stored here would wedge every later request
         thread_id=None if thread_id is None else str(thread_id),
         mentioned=addressed_to_bot(message, me),
         message_id=str(message.message_id),

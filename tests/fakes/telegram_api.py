@@ -35,6 +35,7 @@ from tests.fakes.telegram_state import (
     JSON,
     ApiError,
     Call,
+    DropRule,
     FailureRule,
     QueuedUpdate,
     WebhookDelivery,
@@ -72,6 +73,7 @@ class FakeTelegram(InboundMixin, WebhookMixin):
         bot_name: str = "Roost",
         first_update_id: int = 100_000,
         auto_create_chats: bool = False,
+        privacy_mode: bool = True,
     ) -> None:
         if not re.fullmatch(r"\d+:[\w-]+", token):
             raise ValueError("token must look like '<bot id>:<secret>'")
@@ -82,14 +84,15 @@ class FakeTelegram(InboundMixin, WebhookMixin):
             bot_name=bot_name,
             first_update_id=first_update_id,
             auto_create_chats=auto_create_chats,
+            privacy_mode=privacy_mode,
         )
         self._cond = threading.Condition(threading.RLock())
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
         self._calls: list[Call] = []
         self._webhook_log: list[WebhookDelivery] = []
         self._rules: list[FailureRule] = []
-        self._flood_interval: float | None = None
-        self._last_change: dict[str, float] = {}
+        self._drops: list[DropRule] = []
+        self._flood: FloodModel | None = None
         self._pollers: set[_Poller] = set()
         self._closing = False
         self._port = 0
@@ -211,19 +214,25 @@ class FakeTelegram(InboundMixin, WebhookMixin):
             if method not in _CANONICAL.values():
                 raise ApiError(404, "Not Found")
             self._inject(call)
+            drop = self._take_drop(call)
+            if drop is not None and not drop.apply:
+                return await self._withhold(request, call, drop)
             call.result = (
                 await self._get_updates(call.params)
                 if method == "getUpdates"
                 else self._invoke(method, call.params)
             )
             call.ok = True
+            if drop is not None:
+                return await self._withhold(request, call, drop)
         except ApiError as err:
             call.status, call.description = err.status, err.description
             self._record(call)
             return _answer(err.payload(), err.status)
         except asyncio.CancelledError:
-            call.status, call.description = 499, "Client Closed Request"
-            self._record(call)
+            if not call.dropped:  # a dropped call was recorded as applied
+                call.status, call.description = 499, "Client Closed Request"
+                self._record(call)
             raise
         except Exception as exc:  # a bug in the fake: answer 500 and make it visible
             traceback.print_exc()
@@ -264,14 +273,36 @@ class FakeTelegram(InboundMixin, WebhookMixin):
                         self._rules.remove(rule)
                     call.injected = True
                     raise ApiError(rule.status, rule.description, copy.deepcopy(rule.parameters))
-            if self._flood_interval is None or call.method not in MESSAGE_CHANGING:
+            if self._flood is None or call.method not in MESSAGE_CHANGING:
                 return
-            last = self._last_change.get(chat)
-            if last is not None and call.at - last < self._flood_interval:
+            wait = self._flood.admit(chat, call.at)
+            if wait is not None:
                 call.injected = True
-                wait = max(1, math.ceil(self._flood_interval - (call.at - last)))
                 raise ApiError(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait})
-            self._last_change[chat] = call.at
+
+    def _take_drop(self, call: Call) -> DropRule | None:
+        chat = str(call.params.get("chat_id"))
+        with self._cond:
+            for rule in self._drops:
+                if rule.method in (call.method, "*") and rule.chat_id in (None, chat):
+                    rule.remaining -= 1
+                    if rule.remaining <= 0:
+                        self._drops.remove(rule)
+                    return rule
+        return None
+
+    async def _withhold(self, request: web.Request, call: Call, rule: DropRule) -> web.StreamResponse:
+        """The call took effect (unless the rule says not); its answer never reaches the client."""
+        call.dropped = True
+        if not rule.apply:
+            call.status, call.description = 0, "dropped before it took effect"
+        self._record(call)
+        if rule.how == "stall":  # the client's read timeout fires first; then we hang up
+            await asyncio.sleep(_STALL_S)
+        transport = request.transport
+        if transport is not None:
+            transport.abort()  # RST, as a proxy or a flaky link drops a connection
+        return _answer({"ok": True, "result": call.result}, 200)  # written to nobody
 
     async def _get_updates(self, params: JSON) -> list[JSON]:
         """Long poll: answer at once if updates are pending, else wait up to ``timeout`` s."""
@@ -367,14 +398,86 @@ class FakeTelegram(InboundMixin, WebhookMixin):
                 )
             )
 
-    def flood_limit(self, min_interval_s_per_chat: float | None) -> None:
-        """Answer 429 to message-changing calls in one chat closer together than the interval."""
+    def flood_limit(
+        self,
+        min_interval_s_per_chat: float | None,
+        *,
+        burst: int = 1,
+        group_per_minute: int | None = None,
+    ) -> None:
+        """Answer 429 with retry_after to message-changing calls beyond Telegram's flood
+        limits: per chat a bucket of ``burst`` requests refilled one per interval (short
+        bursts pass, the sustained rate is one per interval), and in groups (negative chat
+        ids) at most ``group_per_minute`` in any 60 s. ``None`` turns the limits off."""
         with self._cond:
-            self._flood_interval = min_interval_s_per_chat
-            self._last_change.clear()
+            self._flood = (
+                None
+                if min_interval_s_per_chat is None
+                else FloodModel(min_interval_s_per_chat, burst, group_per_minute)
+            )
+
+    def drop_response_next(
+        self,
+        method: str,
+        *,
+        how: str = "reset",
+        count: int = 1,
+        chat_id: int | str | None = None,
+        apply: bool = True,
+    ) -> None:
+        """APPLY the next ``count`` calls of ``method`` [for ``chat_id``], then withhold the
+        answer: ``how="reset"`` closes the connection at once (the client sees a reset or
+        "server disconnected"), ``"stall"`` answers nothing for a minute (the client's read
+        timeout fires). The chat shows the effect; the client cannot know it. With
+        ``apply=False`` the request is lost before it takes effect — to the client, the
+        same failure."""
+        if method != "*" and method not in _CANONICAL.values():
+            raise ValueError(f"unknown Bot API method {method!r}")
+        if how not in ("reset", "stall"):
+            raise ValueError("how must be 'reset' or 'stall'")
+        with self._cond:
+            self._drops.append(
+                DropRule(method, how, count, None if chat_id is None else str(chat_id), apply)
+            )
+
+    def set_privacy_mode(self, enabled: bool) -> None:
+        """BotFather /setprivacy: with privacy mode on (Telegram's default) a group message
+        reaches the bot only if it mentions the bot, replies to it, or is a command."""
+        with self._cond:
+            self._world.privacy_mode = enabled
+
+
+_STALL_S = 60.0
+
+
+class FloodModel:
+    """Telegram's flood limits as the fake enforces them (all times monotonic seconds)."""
+
+    def __init__(self, interval: float, burst: int, group_per_minute: int | None) -> None:
+        self.interval, self.burst, self.group_per_minute = interval, max(1, burst), group_per_minute
+        self._tokens: dict[str, tuple[float, float]] = {}  # chat → (tokens, as of)
+        self._recent: dict[str, list[float]] = {}  # group chat → accepted call times
+
+    def admit(self, chat: str, at: float) -> int | None:
+        """None if a call at ``at`` is within the limits (and count it), else retry_after."""
+        tokens, since = self._tokens.get(chat, (float(self.burst), at))
+        tokens = min(float(self.burst), tokens + (at - since) / self.interval) if self.interval else self.burst
+        if tokens < 1.0:
+            return max(1, math.ceil((1.0 - tokens) * self.interval))
+        recent = self._recent.setdefault(chat, [])
+        if self.group_per_minute is not None and chat.startswith("-"):
+            recent[:] = [t for t in recent if at - t < 60.0]
+            if len(recent) >= self.group_per_minute:
+                return max(1, math.ceil(60.0 - (at - recent[0])))
+            recent.append(at)
+        self._tokens[chat] = (tokens - 1.0, at)
+        return None
 
 
 def _answer(body: JSON, status: int) -> web.Response:
-    return web.Response(
-        status=status, text=json.dumps(body, ensure_ascii=False), content_type="application/json"
-    )
+    text = json.dumps(body, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (as Telegram may send): escape it as \uXXXX
+        text = json.dumps(body)
+    return web.Response(status=status, text=text, content_type="application/json")

@@ -75,7 +75,8 @@ class InboundMixin:
         reply_to_bot_message_id: int | None = None,
         thread_id: int | None = None,
     ) -> int:
-        """A user writes in a group. ``mention`` prepends "@<bot_username> " with a mention
+        """A user writes in a group (delivered to the bot only if privacy mode lets it
+        through, see ``FakeTelegram.set_privacy_mode``). ``mention`` prepends "@<bot_username> " with a mention
         entity; ``thread_id`` makes the chat a forum and the message a topic message (and,
         as Telegram does, a reply to the topic's creation message unless it replies to
         ``reply_to_bot_message_id``)."""
@@ -94,7 +95,8 @@ class InboundMixin:
                 reply_to=reply_to_bot_message_id,
                 extra_entities=extra,
             )
-            self._deliver(update)
+            if self._world.bot_sees(chat, update["message"]):
+                self._deliver(update)  # else stored in the chat, never delivered (privacy mode)
             return int(update["update_id"])
 
     def press_button(

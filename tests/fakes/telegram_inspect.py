@@ -137,6 +137,14 @@ class InspectMixin:
         with self._cond:
             return copy.deepcopy(self._world.chats[chat_id].messages[message_id])
 
+    def update_id_of_query(self, query_id: str) -> int:
+        """The update_id that carried callback query ``query_id`` (to ``redeliver`` it)."""
+        with self._cond:
+            for uid, update in self._world.delivered.items():
+                if (update.get("callback_query") or {}).get("id") == query_id:
+                    return uid
+        raise ValueError(f"unknown callback query {query_id}")
+
     def callback_query(self, query_id: str) -> CallbackQueryState:
         with self._cond:
             return copy.deepcopy(self._world.queries[query_id])

@@ -157,7 +157,7 @@ def get_me(world: World, p: JSON) -> Any:
     return {
         **world.bot_user(),
         "can_join_groups": True,
-        "can_read_all_group_messages": False,
+        "can_read_all_group_messages": not world.privacy_mode,
         "supports_inline_queries": False,
         "can_connect_to_business": False,
         "has_main_web_app": False,

@@ -134,6 +134,7 @@ class Call:
     result: Any = None
     description: str | None = None
     injected: bool = False  # failed by fail_next() or flood_limit(), not by validation
+    dropped: bool = False  # applied, then the response was withheld (drop_response_next())
 
     @property
     def error_code(self) -> int | None:
@@ -160,6 +161,17 @@ class FailureRule:
     parameters: JSON | None
     remaining: int
     chat_id: int | str | None
+
+
+@dataclass(slots=True)
+class DropRule:
+    """Apply the next matching calls, then withhold their response (see drop_response_next)."""
+
+    method: str
+    how: str  # "reset": close the connection; "stall": answer nothing until the client gives up
+    remaining: int
+    chat_id: str | None
+    apply: bool = True  # False: the connection drops before the request takes effect
 
 
 @dataclass(slots=True)

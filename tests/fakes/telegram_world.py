@@ -63,8 +63,11 @@ class World:
         bot_name: str,
         first_update_id: int,
         auto_create_chats: bool,
+        privacy_mode: bool = True,
     ) -> None:
         self.token = token
+        self.privacy_mode = privacy_mode
+        """Telegram's default: group messages reach the bot only when addressed to it."""
         self.bot_id = int(token.split(":", 1)[0])
         self.bot_username = bot_username
         self.bot_name = bot_name
@@ -319,6 +322,32 @@ class World:
             "data": data,
         }
         return self.new_update("callback_query", payload)
+
+
+    def bot_sees(self, chat: Chat, message: JSON) -> bool:
+        """Whether Telegram delivers this group message to the bot under privacy mode:
+        a mention of the bot, a reply to one of its messages, or a command (bare, or
+        /cmd@this_bot; a bare one reaches us as the only bot in the fake's groups)."""
+        if not self.privacy_mode or chat.type == "private":
+            return True
+        text = message.get("text") or ""
+        for e in message.get("entities", []):
+            token = _utf16_slice(text, e["offset"], e["length"])
+            if e["type"] == "mention" and token[1:].lower() == self.bot_username.lower():
+                return True
+            if e["type"] == "text_mention" and e.get("user", {}).get("id") == self.bot_id:
+                return True
+            if e["type"] == "bot_command" and e["offset"] == 0:
+                _, at, addressee = token.partition("@")
+                if not at or addressee.lower() == self.bot_username.lower():
+                    return True
+        replied = message.get("reply_to_message") or {}
+        return (replied.get("from") or {}).get("id") == self.bot_id and "forum_topic_created" not in replied
+
+
+def _utf16_slice(text: str, offset: int, length: int) -> str:
+    raw = text.encode("utf-16-le")
+    return raw[offset * 2 : (offset + length) * 2].decode("utf-16-le", errors="replace")
 
 
 def _update_kind(update: JSON) -> str:
