@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -29,14 +30,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    from bot.logs import RedactSecrets, guard_output, setup_logging
+
+    guard_output(RedactSecrets([]))  # token shapes and URL passwords, even before settings
     try:
         settings = load_settings()
     except ConfigError as exc:
         print(f"roost: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    from bot.logs import setup_logging
-
-    setup_logging(args.log_level or settings.log_level, settings.secrets)
+    # Every exit path from here on (logs, tracebacks, warnings) goes through redaction.
+    guard_output(setup_logging(args.log_level or settings.log_level, settings.secrets))
     handler = {
         "run": _run,
         "chat": _chat,
@@ -51,6 +54,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(handler(settings, args))
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # the process boundary: one clear line, never a secret
+        return _failed(exc, settings)
+
+
+def _failed(exc: Exception, settings: Settings) -> int:
+    from bot.failures import describe_failure
+
+    known = describe_failure(exc, settings)
+    if known is None:  # a bug: the traceback helps, and it is redacted like every log line
+        logging.getLogger("roost").error("roost.crashed", exc_info=exc)
+        known = f"stopped by an unexpected error: {type(exc).__name__}: {exc}"
+    elif logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger("roost").debug("roost.start_failed", exc_info=exc)
+    print(f"roost: {known}", file=sys.stderr)
+    return 1
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -23,6 +23,8 @@ class Check:
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [_config(settings), _workspace(settings), await _database(settings), _model(settings)]
     checks += [_owners(settings), _telegram(settings), _discord(settings)]
+    checks.append(await _exec_sandbox(settings))
+    checks.append(_policy(settings))
     return checks
 
 
@@ -43,20 +45,26 @@ def _workspace(settings: Settings) -> Check:
 
 
 async def _database(settings: Settings) -> Check:
+    from bot.exec_sandbox import sqlite_file
+    from bot.failures import safe_url
     from bot.storage import Storage
     from bot.storage.migrate import current_revision
 
     url = settings.db_url
-    shown = url.split("@")[-1] if "@" in url else url
+    shown = safe_url(url)
+    db_file = sqlite_file(url)
+    if db_file is not None and not db_file.is_file():  # connecting would create it
+        return Check("database", "warn", f"{shown}: not created yet", "roost init")
     try:
         storage = await Storage.open(url, migrate=False)
+        try:
+            revision = await current_revision(storage.engine)
+        finally:
+            await storage.aclose()
     except Exception as exc:  # any driver error is a finding here, not a crash
-        return Check("database", "fail", f"{shown}: cannot connect ({type(exc).__name__}: {exc})",
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return Check("database", "fail", f"{shown}: cannot connect ({type(exc).__name__}: {reason})",
                      "check ROOST_DATABASE_URL, or unset it for the embedded SQLite default")
-    try:
-        revision = await current_revision(storage.engine)
-    finally:
-        await storage.aclose()
     if revision is None:
         return Check("database", "warn", f"{shown}: reachable, schema not created yet", "roost init")
     return Check("database", "ok", f"{shown} (schema {revision})")
@@ -90,3 +98,34 @@ def _discord(settings: Settings) -> Check:
     if settings.discord_bot_token is None:
         return Check("discord", "warn", "not configured", "DISCORD_BOT_TOKEN=<bot token>")
     return Check("discord", "warn", "token set, but the Discord adapter is not built yet", "")
+
+
+async def _exec_sandbox(settings: Settings) -> Check:
+    """Starts `true` exactly as `exec` starts a command (creates nothing on disk)."""
+    from agent_core.builtin_tools.sandbox import UNAVAILABLE_FIX, SandboxUnavailable
+    from bot.exec_sandbox import exec_sandbox
+
+    sandbox = exec_sandbox(settings)
+    if not sandbox.enabled:
+        return Check("exec sandbox", "warn",
+                     "off (ROOST_AGENT__EXEC_SANDBOX=off): commands run unsandboxed and can read Roost's secrets",
+                     "unset ROOST_AGENT__EXEC_SANDBOX where user namespaces are allowed")
+    try:
+        await sandbox.probe(settings.workspace_dir, [settings.workspace_dir])
+    except SandboxUnavailable as exc:
+        return Check("exec sandbox", "warn", f"unavailable, so exec refuses to run commands: {exc}",
+                     UNAVAILABLE_FIX)
+    return Check("exec sandbox", "ok", "commands run in their own user, PID and mount namespaces; "
+                 "Roost's processes, home, config, database and logs are hidden from them")
+
+
+def _policy(settings: Settings) -> Check:
+    """The [policy] in effect (hot-reloaded while running; this is what the file says now)."""
+    from agent_core.builtin_tools import default_tools
+    from bot.live_config import describe_policy
+
+    lines, warnings = describe_policy(settings.policy, [t.name for t in default_tools()])
+    detail = " | ".join(lines)
+    if warnings:
+        return Check("policy", "warn", f"{detail} | {'; '.join(warnings)}", "fix the tool names in [policy] of roost.toml")
+    return Check("policy", "ok", detail)

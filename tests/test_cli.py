@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Text, ToolUse, Reply, reply_text, reply_tools
+from tests.fakes.telegram_api import FakeTelegram
 
 ROOST = [sys.executable, "-m", "bot.cli"]
 SECRET_KEY = "sk-test-SECRET-abcdef123456"
@@ -143,3 +145,55 @@ def test_invalid_utf8_on_stdin_does_not_break_the_session(tmp_path: Path) -> Non
         assert result.returncode == 0, result.stderr.decode()
         assert [r.status for r in fake.requests] == [200, 200]
         assert "caf\ufffd" in fake.requests[0].json["messages"][-1]["content"][-1]["text"]
+
+
+BAD_TOKEN = "222222:REJECTED-token_abcdefghijklmnopqrstuv"
+
+
+@pytest.mark.parametrize(("answer", "log_level"), [(401, "INFO"), (401, "DEBUG"), (404, "INFO")])
+def test_rejected_bot_token_is_never_printed_when_start_up_fails(tmp_path: Path, answer: int, log_level: str) -> None:
+    """Reproduced: python-telegram-bot's InvalidToken quotes the token, and its traceback
+    bypassed the log filter. The fake answers getMe with 401 (wrong token) or 404 (wrong
+    path); `roost run` ends with one line naming the setting, at any log level."""
+    with FakeTelegram(token="111:right") as tg:
+        base = tg.base_url if answer == 401 else tg.base_url.replace("/bot", "/missing/bot")
+        result = roost("--log-level", log_level, "run", env=env_for(
+            tmp_path / "home", TELEGRAM_BOT_TOKEN=BAD_TOKEN, ROOST_TELEGRAM__BASE_URL=base))
+    if answer == 401:
+        assert [c.status for c in tg.calls if c.method == "getMe"] == [401]
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert BAD_TOKEN not in output and "REJECTED-token" not in output and SECRET_KEY not in output
+    assert result.stderr.rstrip().splitlines()[-1] == (
+        "roost: Telegram rejected the bot token (getMe answered Unauthorized or Not Found). "
+        "Check TELEGRAM_BOT_TOKEN: copy it again from @BotFather.")
+    if log_level == "INFO":
+        assert "Traceback" not in output
+
+
+UNREACHABLE_PG = "postgresql+asyncpg://roost:pw-SECRET-5678@127.0.0.1:1/roost"
+
+
+def test_unreachable_postgresql_is_one_clear_line_not_a_traceback(tmp_path: Path) -> None:
+    env = env_for(tmp_path / "home", ROOST_DATABASE_URL=UNREACHABLE_PG, TELEGRAM_BOT_TOKEN="1:x")
+    run = roost("run", env=env)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr and "pw-SECRET" not in run.stdout + run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith(
+        "roost: cannot use the database postgresql+asyncpg://***@127.0.0.1:1/roost: ConnectionRefusedError")
+    doctor = roost("doctor", env=env)
+    assert doctor.returncode == 1
+    assert "Traceback" not in doctor.stderr and "pw-SECRET" not in doctor.stdout + doctor.stderr
+    (line,) = [l for l in doctor.stdout.splitlines() if "database" in l and "fix" not in l]
+    assert line.startswith("✗ database       postgresql+asyncpg://***@127.0.0.1:1/roost: cannot connect")
+
+
+def test_doctor_never_creates_files(tmp_path: Path) -> None:
+    absent, empty = tmp_path / "absent", tmp_path / "empty"
+    empty.mkdir()
+    for home in (absent, empty):
+        result = roost("doctor", env=env_for(home))
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert "! database" in result.stdout and "not created yet" in result.stdout
+    assert not absent.exists()
+    assert list(empty.iterdir()) == []

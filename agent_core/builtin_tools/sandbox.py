@@ -222,8 +222,23 @@ class Sandbox:
             raise SandboxUnavailable("the namespace set-up did not finish in time") from None
         if proc.returncode != 0:
             reason = " ".join(err.decode("utf-8", "replace").split()) or f"exit status {proc.returncode}"
-            raise SandboxUnavailable(reason)
+            raise SandboxUnavailable(_explain(reason))
         self._ready = True
+
+
+_HINTS = {
+    "No space left on device": "the user-namespace limit is 0 or reached (user.max_user_namespaces)",
+    "Operation not permitted": "this user may not create user namespaces (a container's seccomp or "
+                               "AppArmor profile, or kernel.unprivileged_userns_clone=0)",
+    "Permission denied": "creating namespaces or mounts was denied (AppArmor or an LSM policy)",
+}
+
+
+def _explain(reason: str) -> str:
+    for needle, hint in _HINTS.items():
+        if needle in reason:
+            return f"{reason} — {hint}"
+    return reason
 
 
 UNAVAILABLE_FIX = (
