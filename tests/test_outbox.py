@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from adapters.errors import RateLimited
-from adapters.outbox import Outbox, Priority
+from adapters.outbox import Outbox, Pace, Priority
 from adapters.stream import StreamRenderer
 from agent_core.events import RunFinished, TextDelta, Usage
 from tests.fakes.transport import FakeClock, FakeTransport
@@ -331,3 +331,84 @@ async def test_aclose_right_after_dispatch_drops_ops_that_never_started(clock: F
     await ob.aclose()
     assert gate.started == [] and sorted(dropped) == ["a", "b"]
     assert asyncio.all_tasks() == before
+
+
+# -- bursts and fairness (Pace) -------------------------------------------------------
+
+
+async def test_a_rested_chat_bursts_then_keeps_the_sustained_pace(clock: FakeClock) -> None:
+    rec = Recorder(clock)
+    pace = Pace(interval=1.0, burst=3)
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        for i in range(5):
+            ob.submit("c", i, rec.action(f"s{i}"), priority=Priority.SEND, pace=pace)
+        await clock.run(ob.drain())
+        assert [t for t, _, _ in rec.runs] == [0.0, 0.0, 0.0, 1.0, 2.0]
+        await clock.advance(1.5)  # 1.5 tokens back: one request at once, the next paced
+        ob.submit("c", "x", rec.action("x"), priority=Priority.SEND, pace=pace)
+        ob.submit("c", "y", rec.action("y"), priority=Priority.SEND, pace=pace)
+        await clock.run(ob.drain())
+    assert [t for t, _, _ in rec.runs[5:]] == [3.5, 4.0]
+
+
+async def test_first_send_of_a_new_reply_is_not_held_by_the_previous_replys_pace(clock: FakeClock) -> None:
+    """The chat's last request was 0.6 s ago: with one token left, the send goes at once
+    (it used to wait for 1.05 s after the last request)."""
+    rec = Recorder(clock)
+    pace = Pace(interval=1.05, burst=3)
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        ob.submit("c", "previous", rec.action("previous"), priority=Priority.SEND, pace=pace)
+        await clock.run(ob.drain())
+        await clock.advance(0.6)
+        ob.submit("c", "next", rec.action("next"), priority=Priority.SEND, pace=pace)
+        await clock.run(ob.drain())
+    assert rec.runs[-1][:2] == (0.6, "next")
+
+
+async def test_edits_of_one_message_stay_an_interval_apart_whatever_the_burst(clock: FakeClock) -> None:
+    rec = Recorder(clock)
+    pace = Pace(interval=1.05, burst=3)
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        for v in range(4):
+            rec.state["m"] = v
+            ob.submit("c", "m", rec.action("m"), pace=pace)
+            await clock.advance(0.1)
+        await clock.run(ob.drain())
+    times = [t for t, _, _ in rec.runs]
+    assert times[0] == 0.0 and all(b - a >= 1.05 for a, b in zip(times, times[1:])), times
+    assert rec.runs[-1][2] == 3  # and the last state is shown
+
+
+async def test_groups_stay_within_20_requests_a_minute_even_with_bursts(clock: FakeClock) -> None:
+    rec = Recorder(clock)
+    pace = Pace(interval=3.05, burst=3, per_minute=20)
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        for i in range(40):
+            ob.submit("g", i, rec.action(str(i)), priority=Priority.SEND, pace=pace)
+        await clock.run(ob.drain(), limit=1000)
+    times = [t for t, _, _ in rec.runs]
+    assert times[:3] == [0.0, 0.0, 0.0]
+    assert all(sum(1 for t in times if start <= t < start + 60.0) <= 20 for start in times)
+
+
+async def test_a_flood_of_sends_does_not_starve_a_live_replys_edits(clock: FakeClock) -> None:
+    """20 notices queued for the owner's chat while a reply streams: the reply's edits go
+    on, at worst every other request (two pace intervals), and every notice goes out."""
+    rec = Recorder(clock)
+    pace = Pace(interval=1.05, burst=3)
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        rec.state["reply"] = 0
+        ob.submit("owner", "reply", rec.action("reply"), priority=Priority.SEND, pace=pace)
+        await clock.settle()
+        for i in range(20):
+            ob.submit("owner", ("notice", i), rec.action(f"notice{i}"), priority=Priority.SEND, pace=pace)
+        for step in range(1, 61):  # the model keeps streaming for 15 s
+            rec.state["reply"] = step
+            ob.submit("owner", "reply", rec.action("reply"), pace=pace)
+            await clock.advance(0.25)
+        await clock.run(ob.drain())
+    edits = [t for t, label, _ in rec.runs if label == "reply"]
+    gaps = [b - a for a, b in zip(edits, edits[1:])]
+    assert max(gaps) <= 2 * 1.05 + 1e-9, gaps
+    assert len([label for _, label, _ in rec.runs if label.startswith("notice")]) == 20
+    assert [s for _, label, s in rec.runs if label == "reply"][-1] == 60  # the newest text

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from adapters.errors import DeliveryError, RateLimited
+from adapters.errors import DeliveryError, DeliveryUnknown, RateLimited
 from adapters.outbox import Outbox
 from adapters.render import ChunkSpec, plan_chunks, render_markdown, utf16_len
 from adapters.stream import StreamRenderer
@@ -25,7 +25,7 @@ from agent_core.events import (
     Usage,
 )
 from agent_core.risk import Risk
-from tests.fakes.transport import FakeClock, FakeTransport
+from tests.fakes.transport import FakeClock, FakeTransport, ProbingTransport
 
 TELEGRAM = ChunkSpec.create(4096, "utf16", renders_markdown=False)
 
@@ -471,3 +471,40 @@ async def test_outbox_closed_mid_request_releases_the_renderer() -> None:
     result = await chat.clock.run(r.finish())
     assert not result.ok
     await r.aclose()
+
+
+# -- a send whose answer was lost ---------------------------------------------------------
+
+
+async def test_lost_send_answer_is_found_and_edited_on_never_resent() -> None:
+    chat = Chat()
+    chat.t = ProbingTransport(chat.clock, lose_answer={1})
+    try:
+        r = chat.renderer()
+        await chat.stream(r, ANSWER[:1500])
+        await chat.finish(r, ANSWER[:1500])
+    finally:
+        await chat.outbox.aclose()
+    assert chat.t.texts() == [render_markdown(ANSWER[:1500]).text]  # once, complete
+    assert len(chat.t.of("send")) == 1 and chat.t.probes == 1
+    assert chat.paced(1.0)
+
+
+async def test_lost_send_answer_without_a_probe_is_given_up_not_duplicated(chat: Chat) -> None:
+    chat.t.lose_answer = {1}
+    r = chat.renderer()
+    await chat.stream(r, ANSWER[:1500])
+    await r.feed(RunFinished("run", "end_turn", 1, Usage(), ANSWER[:1500]))
+    result = await chat.clock.run(r.finish())
+    await r.aclose()
+    assert not result.ok and result.parts[0].state == "failed"
+    assert len(chat.t.of("send")) == 1 and len(chat.t.texts()) == 1  # no second copy
+
+
+async def test_lost_edit_answer_is_simply_edited_again(chat: Chat) -> None:
+    chat.t.fail[("edit", 1)] = DeliveryUnknown("read timeout")
+    r = chat.renderer()
+    await chat.stream(r, ANSWER[:1500])
+    await chat.finish(r, ANSWER[:1500])
+    assert chat.t.texts() == [render_markdown(ANSWER[:1500]).text]
+    assert len(chat.t.of("send")) == 1

@@ -5,7 +5,9 @@ test advances time, so a test of "edits ≥ 1 s apart" runs instantly and determ
 `FakeTransport` keeps the chat's messages, enforces the limit like the platform
 (`MessageTooLong`), rejects empty text, answers "not modified" as success but counts it
 (a wasted request), rejects invalid entities with `FormattingRejected`, and can be told to
-fail the Nth send/edit with any error (e.g. `RateLimited(2.0)`).
+fail the Nth send/edit with any error (e.g. `RateLimited(2.0)`), or post the Nth send and
+then lose its answer (`lose_answer`: it raises `DeliveryUnknown`). `ProbingTransport` can
+also look for such a lost message (`find_sent`), as the Telegram transport does.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Awaitable, Hashable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from adapters.errors import DeliveryError, FormattingRejected, MessageGone, MessageTooLong
+from adapters.errors import DeliveryError, DeliveryUnknown, FormattingRejected, MessageGone, MessageTooLong
 from adapters.render.entities import Entity, valid_entities
 from adapters.render.utf16 import Unit, measure
 
@@ -112,6 +114,10 @@ class FakeTransport:
     """Fake seconds each request takes (lets tests see overlapping requests)."""
     fail: dict[tuple[str, int], Exception] = field(default_factory=dict)
     """(kind, n) → error raised by the n-th (1-based) request of that kind."""
+    lose_answer: set[int] = field(default_factory=set)
+    """n of the sends that are posted, then raise `DeliveryUnknown` (answer lost)."""
+    answered: set[str] = field(default_factory=set)
+    """Ids of the messages whose id the caller got back."""
     calls: list[Call] = field(default_factory=list)
     messages: dict[str, Message] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
@@ -152,6 +158,9 @@ class FakeTransport:
         self.messages[mid] = Message(text, tuple(entities))
         self.order.append(mid)
         self.calls.append(Call("send", self.clock(), mid, text, tuple(entities)))
+        if self._counts["send"] in self.lose_answer:
+            raise DeliveryUnknown("connection reset after the request was written")
+        self.answered.add(mid)
         return mid
 
     async def edit(self, message_id: str, text: str, entities: list[Entity]) -> None:
@@ -190,3 +199,20 @@ class FakeTransport:
         """Simulate a user deleting a message (the next edit raises MessageGone)."""
         self.messages.pop(message_id)
         self.order.remove(message_id)
+
+
+@dataclass
+class ProbingTransport(FakeTransport):
+    """A `FakeTransport` that can find a message whose send answer was lost."""
+
+    probes: int = 0
+
+    async def find_sent(self, text: str, entities: list[Entity]) -> str | None:
+        await self._request("probe")
+        self.probes += 1
+        for mid in self.order:
+            msg = self.messages[mid]
+            if mid not in self.answered and (msg.text, msg.entities) == (text, tuple(entities)):
+                self.answered.add(mid)
+                return mid
+        return None
