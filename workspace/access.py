@@ -100,6 +100,7 @@ def check_session(session_key: str, scope: str) -> None:
     log_dir_for(session_key)  # validates the key
 
 
+@functools.lru_cache(maxsize=8192)
 def skeleton(name: str) -> str:
     """What a name looks like: NFKC (fullwidth, ligatures, math letters → ASCII), invisible
     and combining characters and spaces dropped, case folded, Latin look-alikes mapped."""
@@ -137,21 +138,22 @@ def check_extra_root(text: str) -> PurePosixPath:
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    prefix: PurePosixPath
+    parts: tuple[str, ...]
+    """The allowed file or folder, as path parts relative to the workspace root."""
     writable: bool
 
 
 @functools.lru_cache(maxsize=1024)
 def _rules(session_key: str, extra_roots: tuple[str, ...]) -> tuple[_Rule, ...]:
     own = session_dir_for(session_key)
-    rules = [_Rule(PurePosixPath(name), False) for name in IDENTITY_FILES]
-    rules.append(_Rule(PurePosixPath(SKILLS_DIR), False))
-    rules.append(_Rule(PurePosixPath(log_dir_for(session_key).as_posix()), False))
+    rules = [_Rule((name,), False) for name in IDENTITY_FILES]
+    rules.append(_Rule((SKILLS_DIR,), False))
+    rules.append(_Rule(log_dir_for(session_key).parts, False))
     if own is not None:
-        rules.append(_Rule(PurePosixPath(own.as_posix()), True))
+        rules.append(_Rule(own.parts, True))
     for root in extra_roots:
         try:
-            rules.append(_Rule(check_extra_root(root), True))
+            rules.append(_Rule(check_extra_root(root).parts, True))
         except ValueError as exc:
             log.warning("access.extra_root_ignored session=%s reason=%s", session_key, exc)
     return tuple(rules)
@@ -174,35 +176,36 @@ class Access:
 
     def shared_roots(self) -> list[str]:
         """The valid extra roots, in the order given (invalid ones are logged and ignored)."""
-        own = {r.prefix for r in _rules(self.session_key, ())}
-        return [
-            r.prefix.as_posix() for r in _rules(self.session_key, self.extra_roots) if r.prefix not in own
-        ]
+        own = set(_rules(self.session_key, ()))
+        extra = [r for r in _rules(self.session_key, self.extra_roots) if r not in own]
+        return ["/".join(r.parts) for r in extra]
 
     def allows(self, rel: PurePath, mode: Mode) -> bool:
         """May this session use `rel` (relative to the root, symlinks resolved) this way?
         `list` also admits the folders leading to an allowed place (the root, `groups/`…)."""
         if self.main:
             return True
-        path = PurePosixPath(*rel.parts) if rel.parts else PurePosixPath(".")
-        if _looks_private(path, self.session_key):
+        parts = tuple(p for p in rel.parts if p not in ("", "."))
+        if _looks_private(parts, self.session_key):
             return False
         for rule in _rules(self.session_key, self.extra_roots):
-            if path == rule.prefix or rule.prefix in path.parents:
+            n = len(rule.parts)
+            if parts[:n] == rule.parts:  # the allowed place itself or inside it
                 return rule.writable or mode != "write"
-            if mode == "list" and (path == PurePosixPath(".") or path in rule.prefix.parents):
-                return True
+            if mode == "list" and len(parts) < n and rule.parts[: len(parts)] == parts:
+                return True  # a folder on the way to it
         return False
 
 
-def _looks_private(path: PurePosixPath, session_key: str) -> bool:
+def _looks_private(parts: tuple[str, ...], session_key: str) -> bool:
     """A name that reads as USER.md/MEMORY.md anywhere, or a `memory/` look-alike at the top
     that is not the way to this session's own logs."""
-    if any(skeleton(part) in PRIVATE_NAMES for part in path.parts):
+    if any(skeleton(part) in PRIVATE_NAMES for part in parts):
         return True
-    if path.parts and skeleton(path.parts[0]) == MEMORY_DIR:
-        logs = PurePosixPath(log_dir_for(session_key).as_posix())
-        return not (path == logs or logs in path.parents or path in logs.parents)
+    if parts and skeleton(parts[0]) == MEMORY_DIR:
+        logs = log_dir_for(session_key).parts
+        n = min(len(parts), len(logs))
+        return parts[:n] != logs[:n]
     return False
 
 
@@ -219,36 +222,42 @@ def display(rel: PurePath) -> str:
     return "." if text in ("", ".") else text
 
 
-def confine(root: Path, raw: str, access: Access, mode: Mode) -> tuple[Path, PurePosixPath]:
+def confine(
+    root: Path, raw: str, access: Access, mode: Mode, *, real_root: str | None = None
+) -> tuple[Path, PurePosixPath]:
     """(real path, workspace-relative path) for a path given by the model or the code.
 
     Relative paths start at the workspace root; absolute ones must lie inside it. Symlinks are
     resolved first, so the check is on where a path really leads. Raises `AccessDenied`.
+    `real_root` is `os.path.realpath(root)` when the caller already has it (saves a walk).
     """
     if not raw.strip():
         raise NotAvailable("path is empty")
     if "\x00" in raw:
         raise NotAvailable("path contains a NUL byte")
-    real_root = root.resolve()
-    candidate = Path(raw).expanduser()
-    if not candidate.is_absolute():
-        candidate = real_root / candidate
+    real_root = real_root or os.path.realpath(root)
     try:
-        real = candidate.resolve()
-    except (OSError, RuntimeError):  # RuntimeError: a symlink loop on 3.11
-        raise NotAvailable(f"{shown(raw)}: cannot resolve this path (a symlink loop?)") from None
-    if real != real_root and not real.is_relative_to(real_root):
+        # os.path.realpath is strict about nothing and walks each component once; pathlib's
+        # resolve() costs several times more and this runs for every file of every prompt.
+        real = os.path.realpath(os.path.join(real_root, os.path.expanduser(raw)))
+    except (OSError, RuntimeError, ValueError):
+        raise NotAvailable(f"{shown(raw)}: cannot resolve this path") from None
+    if real == real_root:
+        parts: tuple[str, ...] = ()
+    elif real.startswith(real_root.rstrip(os.sep) + os.sep):
+        parts = tuple(real[len(real_root.rstrip(os.sep)) + 1 :].split(os.sep))
+    else:
         raise OutsideWorkspace(
             f"{shown(raw)}: outside the workspace; use a path relative to the workspace root"
         )
-    rel = PurePosixPath(*real.relative_to(real_root).parts)
+    rel = PurePosixPath(*parts)
     if not access.allows(rel, mode):
         if mode == "write" and access.allows(rel, "read"):
             raise NotAvailable(f"{display(rel)}: read-only in this chat")
         raise NotAvailable(f"{shown(raw)}: not available in this chat (private to the owner)")
     if mode != "list":
-        _refuse_hard_link(real, rel)
-    return real, rel
+        _refuse_hard_link(Path(real), rel)
+    return Path(real), rel
 
 
 def _refuse_hard_link(real: Path, rel: PurePath) -> None:
@@ -288,10 +297,10 @@ def open_regular(real: Path, rel: PurePath) -> BinaryIO:
         raise
 
 
-def readable(root: Path, rel: PurePath, access: Access) -> bool:
+def readable(root: Path, rel: PurePath, access: Access, *, real_root: str | None = None) -> bool:
     """True if `confine` would let this session read `rel` (used to filter listings)."""
     try:
-        confine(root, PurePosixPath(*rel.parts).as_posix(), access, "read")
+        confine(root, PurePosixPath(*rel.parts).as_posix(), access, "read", real_root=real_root)
     except AccessDenied:
         return False
     return True

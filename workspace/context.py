@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from workspace.access import Access, AccessDenied, confine, is_main, open_regular
+from workspace.access import Access, AccessDenied, confine, is_main, open_regular, readable
 from workspace.daily_log import log_dir_for, log_path, session_dir_for
 from workspace.skills import list_skills, skills_prompt
 
@@ -61,31 +61,31 @@ def build_context(
     """
     access = Access(session_key, str(getattr(scope, "value", scope)), tuple(extra_roots))
     main = is_main(scope)
+    real_root = os.path.realpath(root)
     budget = _Budget()
     today = now.date()
 
     stable: list[str] = []
     names = SHARED_FILES + (MAIN_ONLY_FILES if main else ())
     for name in names:
-        text = _read(root, name, access, "head")
+        text = _read(root, name, access, "head", real_root)
         if text is not None:
             stable.append(_section(name, text, _CAPS.get(name, FILE_CAP), budget, keep="head"))
     if not main:
         stable.append(_section("Files this chat can see", _sub_files(access), FILE_CAP, budget, "head"))
-    visible = [s for s in list_skills(root) if _read(root, s.path.as_posix(), access, "head")]
-    skills = skills_prompt(visible)
+    skills = skills_prompt([s for s in list_skills(root) if main or readable(root, s.path, access, real_root=real_root)])
     if skills:
         stable.append(_section("Skills (load_skill to use one)", skills, FILE_CAP, budget, "head"))
     if main:
         yesterday = log_path(root, session_key, today - timedelta(days=1))
-        text = _read(root, _rel(root, yesterday), access, "tail")
+        text = _read(root, _rel(root, yesterday), access, "tail", real_root)
         if text is not None:
             title = f"Yesterday's log ({_rel(root, yesterday)})"
             stable.append(_section(title, text, FILE_CAP, budget, keep="tail"))
 
     volatile = [f"## Now\n{_clock(now)}"]
     today_log = log_path(root, session_key, today)
-    text = _read(root, _rel(root, today_log), access, "tail")
+    text = _read(root, _rel(root, today_log), access, "tail", real_root)
     if text is not None:
         title = f"Today's log ({_rel(root, today_log)})"
         volatile.append(_section(title, text, FILE_CAP, budget, keep="tail"))
@@ -150,11 +150,13 @@ def _section(
     return f"## {title}\n{shown}\n{note}"
 
 
-def _read(root: Path, rel: str, access: Access, keep: Literal["head", "tail"]) -> _Text | None:
+def _read(
+    root: Path, rel: str, access: Access, keep: Literal["head", "tail"], real_root: str
+) -> _Text | None:
     """The file as this session may read it (None if missing, empty or not allowed), at most
     READ_LIMIT bytes from its head or tail."""
     try:
-        real, checked = confine(root, rel, access, "read")
+        real, checked = confine(root, rel, access, "read", real_root=real_root)
         with open_regular(real, checked) as fh:
             size = os.fstat(fh.fileno()).st_size
             if size > READ_LIMIT and keep == "tail":
