@@ -19,7 +19,8 @@ from enum import StrEnum
 
 from agent_core.events import ApprovalRequested, ApprovalResolved, Event
 from agent_core.policy import GrantRule
-from agent_core.ports import ApprovalRecord, ApprovalState, ApprovalStore
+from agent_core.ports import ApprovalRecord, ApprovalState, ApprovalStore, AuditEntry, AuditSink
+from agent_core.scrub import redact_secrets
 from agent_core.risk import Risk
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,10 @@ class ApprovalGate:
         approvers: Collection[str],
         ttl_s: float = DEFAULT_APPROVAL_TTL_S,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        audit: AuditSink | None = None,
     ) -> None:
         self._store = store
+        self._audit = audit
         self._approvers = frozenset(approvers)
         self._ttl_s = ttl_s
         self._now = now
@@ -222,7 +225,14 @@ class ApprovalGate:
             return ResolveResult(ResolveOutcome.ALREADY_DECIDED, await self._store.get_approval(approval_id))
         rule = self._grant_rules.get(approval_id)
         if decision is Decision.ALWAYS and rule is not None:
-            await self._store.add_grant(rule, created_by=by)
+            grant = await self._store.add_grant(rule, created_by=by)
+            if self._audit is not None:
+                await self._audit.audit(
+                    AuditEntry(
+                        kind="grant", actor=by, session_key=rule.session_key, subject=rule.tool_name,
+                        detail=f"#{grant.id} {redact_secrets(rule.input)}", decision="created", approver=by,
+                    )
+                )
         self._resolvers[approval_id] = by
         future = self._waiting.get(approval_id)
         if future is not None and not future.done():

@@ -22,12 +22,13 @@ from agent_core.risk import Scope
 from agent_core.tool_runner import ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.conversations import Conversations
+from bot.live_config import LiveConfig, tool_call_cap
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.ratelimits import RateLimiter
 from bot.roles import AccessManager
 from bot.router import Router
-from bot.settings import Settings
+from bot.settings import Settings, config_path
 from bot.storage import Storage
 from workspace.bootstrap import ensure_workspace
 from workspace.context import build_context
@@ -134,12 +135,20 @@ async def build(
             exec_sandbox=exec_sandbox(settings),  # commands never see Roost's own files
         ))
         gate = ApprovalGate(
-            storage, approvers=[*settings.owners, *settings.approvers, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s
+            storage, approvers=[*settings.owners, *settings.approvers, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s,
+            audit=storage,
         )
         expired_at_start = await gate.expire_orphans() if recover else []
         for record in expired_at_start:
             log.info("approval.expired_at_start", extra={"approval": record.id})
-        runner = ToolRunner(registry, gate, storage, default_timeout_s=settings.agent.tool_timeout_s)
+        # [policy] and [limits] of roost.toml, hot-reloaded; everything below reads them live.
+        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=registry.names())
+        await live.start()
+        stack.push_async_callback(live.aclose)
+        runner = ToolRunner(
+            registry, gate, storage, audit=storage, default_timeout_s=settings.agent.tool_timeout_s,
+            policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx),
+        )
 
         def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202
             return build_context(root, session_key, scope, now)
@@ -153,6 +162,7 @@ async def build(
                 memory=ScopedMemory(memory, root, request.session_key, request.scope),
                 messenger=request.messenger,
                 requester=request.requester,
+                extra_roots=live.policy.roots_for(request.scope, request.session_key),
             )
 
         agent = AgentLoop(
@@ -188,7 +198,7 @@ async def build(
             queue_mode=settings.agent.queue_mode,
             max_concurrent_runs=settings.agent.max_concurrent_runs,
             # Read on every message, so a hot-reloaded [limits] applies to the next one.
-            limiter=RateLimiter(storage, storage, lambda: settings.limits),
+            limiter=RateLimiter(storage, storage, lambda: live.limits),
             access=AccessManager(
                 storage, storage, owners=settings.owners, approvers=settings.approvers, config_groups=config_groups
             ),

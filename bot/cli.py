@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from bot import cli_access, cli_audit
+from bot import cli_access, cli_audit, cli_grants
 from bot.settings import ConfigError, Settings, load_settings
 
 EXIT_CONFIG = 2
@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "memory": _memory,
         "access": cli_access.run,
         "audit": cli_audit.run,
+        "grants": cli_grants.run,
     }[args.command]
     try:
         return asyncio.run(handler(settings, args))
@@ -90,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     memory_sub.add_parser("reindex", help="rebuild the memory search index from the files")
     cli_access.add_parser(sub)
     cli_audit.add_parser(sub)
+    cli_grants.add_parser(sub)
     return parser
 
 

@@ -10,6 +10,7 @@ from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.ports import AuditEntry
 from agent_core.risk import Scope
 from agent_core.transcript import repair
+from bot.cli_grants import chat_command as grants_chat_command
 from bot.commands import HELP, Command, estimate_cost
 from bot.roles import AccessManager, GroupCommandPolicy, parse_target
 from bot.router import Accept
@@ -99,6 +100,13 @@ class CommandHandlers:
             return "The audit trail is empty."
         return "Last audit entries (UTC), oldest first:\n" + "\n".join(r.line() for r in rows)
 
+    async def _cmd_grants(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        """'Always allow' rules: listed with ids, revoked by id (owner, private chat)."""
+        refusal = self._owner_in_private(command, inbound, route)
+        if refusal is not None:
+            return refusal
+        return await grants_chat_command(self._c.storage, command.args, inbound.identity)
+
     async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
         who = "This is your private main session." if route.is_owner else "This is an isolated session."
         return f"Hi {inbound.sender_name}! {who}\n\n{HELP}"
@@ -142,6 +150,7 @@ class CommandHandlers:
             f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown for this model",
             f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
             "Busy: yes" if self._c.lanes.is_busy(route.session_key) else "Busy: no",
+            f"'Always allow' rules: {await storage.count_grants(route.session_key)}",
         ]
         queued = self._c.lanes.queued(route.session_key)
         if queued:

@@ -20,6 +20,7 @@ OWNER_COMMANDS: dict[str, str] = {
     "allow": "owner, private chat: /allow telegram:42 (a user) or /allow group telegram:-100… (a group)",
     "revoke": "owner, private chat: /revoke telegram:42 or /revoke group telegram:-100…",
     "audit": "owner, private chat: the last 20 entries of the audit trail",
+    "grants": "owner, private chat: the 'always allow' rules; /grants revoke <id>",
 }
 """Not registered with the platform's command menu: only the owner can use them."""
 
