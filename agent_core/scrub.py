@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 _SECRET_NAME = r"\b[A-Za-z0-9_]*(?:TOKEN|SECRET|PASSW(?:OR)?D?|API_?KEY|PRIVATE_?KEY|CREDENTIALS?|DATABASE_URL)[A-Za-z0-9_]*"
 _ASSIGNMENT = re.compile(
@@ -26,6 +27,24 @@ def redact_secrets(text: str) -> str:
     text = _ASSIGNMENT.sub(_keep_quotes, text)
     text = _BEARER.sub(rf"\1{_REDACTED}", text)
     return _URL_PASSWORD.sub(rf"\1{_REDACTED}@", text)
+
+
+_SECRET_KEY = re.compile(rf"^{_SECRET_NAME}$", re.IGNORECASE)
+
+
+def redact_json(value: Any) -> Any:
+    """A JSON-like value with secret-named keys' values replaced and every string passed
+    through `redact_secrets` (so a command or an embedded JSON text is covered too)."""
+    if isinstance(value, str):
+        return redact_secrets(value)
+    if isinstance(value, list):
+        return [redact_json(v) for v in value]
+    if isinstance(value, dict):
+        return {
+            k: _REDACTED if isinstance(k, str) and _SECRET_KEY.match(k) and v not in (None, "") else redact_json(v)
+            for k, v in value.items()
+        }
+    return value
 
 
 def _keep_quotes(match: re.Match[str]) -> str:

@@ -20,7 +20,7 @@ from agent_core.ports import AuditEntry, AuditSink, RunStore
 from agent_core.risk import Risk, Scope, Verdict
 from agent_core.text import is_clean
 from agent_core.prompt import UNTRUSTED_RESULT_TOOLS, frame_untrusted
-from agent_core.scrub import redact_secrets, relative_paths
+from agent_core.scrub import redact_json, redact_secrets, relative_paths
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S, Tool, ToolContext, ToolError, ToolRegistry, cap_output
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class ToolRunner:
         await emit(ToolStarted(call.id, call.name, call.input, risk))
         await self._store.record_tool_call(ctx.run_id, call.id, call.name, call.input)
         started = time.monotonic()
-        trail = _Trail(detail=redact_secrets(_fallback_detail(call.input)))
+        trail = _Trail(detail=_fallback_detail(call.input))
         try:
             outcome = await self._execute(tool, call, ctx, emit, trail)
         except asyncio.CancelledError:
@@ -202,7 +202,7 @@ class ToolRunner:
         except ValidationError as exc:
             return error(f"Invalid input for {tool.name}: {_validation_summary(exc)}")
         normalised = grant_input(tool.name, parsed)
-        trail.detail = redact_secrets(normalised)
+        trail.detail = _audit_detail(tool.name, parsed, normalised)
 
         verdict = await self.verdict(ctx, tool, parsed)
         trail.decision = verdict.value
@@ -261,11 +261,19 @@ def _policy_source(policy: Policy | PolicySource | Mapping[Scope, Mapping[Risk, 
     return lambda: fixed
 
 
+def _audit_detail(tool_name: str, parsed: BaseModel, normalised: str) -> str:
+    """The normalised input as recorded: secrets' values replaced."""
+    if tool_name == "exec":
+        return redact_secrets(normalised)
+    return canonical_json(redact_json(parsed.model_dump(mode="json")))
+
+
 def _fallback_detail(raw: dict[str, Any]) -> str:
+    """The raw input of a call that never validated, secrets' values replaced."""
     try:
-        return canonical_json(raw)
+        return canonical_json(redact_json(raw))
     except (TypeError, ValueError):
-        return repr(raw)
+        return redact_secrets(repr(raw))
 
 
 def _validation_summary(exc: ValidationError) -> str:

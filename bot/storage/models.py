@@ -159,11 +159,19 @@ class ApprovalModel(Base):
 
 
 class GrantModel(Base):
-    __tablename__ = "grants"
+    """'Always allow in this session' as a rule: one session, one tool, one exact input
+    (migration 0005). `input_hash` (SHA-256 of `input`) keeps the unique key short."""
 
-    session_key: Mapped[str] = mapped_column(String(255), primary_key=True)
-    tool_name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    __tablename__ = "grants"
+    __table_args__ = (UniqueConstraint("session_key", "tool_name", "input_hash"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    tool_name: Mapped[str] = mapped_column(String(128))
+    input_hash: Mapped[str] = mapped_column(String(64))
+    input: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime]
+    created_by: Mapped[str | None] = mapped_column(String(128))
 
 
 class SeenUpdateModel(Base):
