@@ -281,7 +281,9 @@ def open_regular(real: Path, rel: PurePath) -> BinaryIO:
         fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         if exc.errno in (getattr(os, "ELOOP", -1), getattr(os, "EMLINK", -1)):
-            raise NotAvailable(f"{display(rel)}: changed while being opened; refused") from None
+            raise NotAvailable(
+                f"{display(rel)}: cannot be opened (a symlink loop, or a link put in its place)"
+            ) from None
         raise
     try:
         st = os.fstat(fd)

@@ -72,8 +72,11 @@ def build_context(
         if text is not None:
             stable.append(_section(name, text, _CAPS.get(name, FILE_CAP), budget, keep="head"))
     if not main:
-        stable.append(_section("Files this chat can see", _sub_files(access), FILE_CAP, budget, "head"))
-    skills = skills_prompt([s for s in list_skills(root) if main or readable(root, s.path, access, real_root=real_root)])
+        files = _sub_files(access)
+        stable.append(_section("Files this chat can see", files, FILE_CAP, budget, "head"))
+    skills = skills_prompt(
+        [s for s in list_skills(root) if main or readable(root, s.path, access, real_root=real_root)]
+    )
     if skills:
         stable.append(_section("Skills (load_skill to use one)", skills, FILE_CAP, budget, "head"))
     if main:

@@ -21,7 +21,9 @@ def access_of(ctx: ToolContext) -> Access:
     return Access(ctx.session_key, str(ctx.scope), tuple(ctx.extra_roots))
 
 
-def resolve_in_workspace(ctx: ToolContext, raw: str, mode: Mode = "read") -> tuple[Path, PurePosixPath]:
+def resolve_in_workspace(
+    ctx: ToolContext, raw: str, mode: Mode = "read"
+) -> tuple[Path, PurePosixPath]:
     """(absolute real path, workspace-relative path) for a user-supplied path, or ToolError
     ("outside the workspace", "not available in this chat", "read-only", "hard links")."""
     try:

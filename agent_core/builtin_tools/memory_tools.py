@@ -109,6 +109,11 @@ def _write_memory(ctx: ToolContext, args: MemoryWriteInput) -> str:
     return f"appended {len(args.text):,} characters to MEMORY.md"
 
 
+def _reason(exc: OSError) -> str:
+    """The OS's reason without its file name (str(exc) names the machine's absolute path)."""
+    return exc.strerror or type(exc).__name__
+
+
 async def _write(args: MemoryWriteInput, ctx: ToolContext) -> str:
     if args.target == "memory":
         if ctx.scope != Scope.MAIN:
@@ -119,7 +124,7 @@ async def _write(args: MemoryWriteInput, ctx: ToolContext) -> str:
         try:
             return await asyncio.to_thread(_write_memory, ctx, args)
         except OSError as exc:
-            raise ToolError(f"cannot write MEMORY.md ({exc.strerror or type(exc).__name__})") from None
+            raise ToolError(f"cannot write MEMORY.md ({_reason(exc)})") from None
     if args.mode == "replace":
         raise ToolError("the daily log is append-only; use mode 'append'")
     try:
@@ -127,9 +132,11 @@ async def _write(args: MemoryWriteInput, ctx: ToolContext) -> str:
             path = await ctx.memory.append_log(args.text)
         else:
             now = datetime.now().astimezone()
-            path = await asyncio.to_thread(append_entry, ctx.workspace, ctx.session_key, now, args.text)
-    except OSError as exc:  # str(exc) would name the machine's absolute path
-        raise ToolError(f"cannot write this chat's log ({exc.strerror or type(exc).__name__})") from None
+            path = await asyncio.to_thread(
+                append_entry, ctx.workspace, ctx.session_key, now, args.text
+            )
+    except OSError as exc:
+        raise ToolError(f"cannot write this chat's log ({_reason(exc)})") from None
     root = ctx.workspace.resolve()
     real = path.resolve()
     where = real.relative_to(root).as_posix() if real.is_relative_to(root) else "this chat's log"
