@@ -12,8 +12,9 @@ from agent_core.ports import AuditEntry
 from bot.logs import RedactSecrets
 from bot.storage import Storage
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
-from tests.telegram_harness import BOT_USERNAME, GROUP, MEMBER, OWNER, STRANGER, running, tg  # noqa: F401
+from tests.telegram_harness import BOT_USERNAME, GROUP, MEMBER, OWNER, STRANGER, TOKEN, running, tg  # noqa: F401
 
 if TYPE_CHECKING:
     from tests.storage_fixtures import FakeClock
@@ -84,6 +85,28 @@ async def test_a_failed_audit_write_never_raises(storage: Storage) -> None:
 
 
 # --- through the real app ----------------------------------------------------------------
+
+
+async def test_a_secret_in_a_tool_input_never_reaches_the_audit_trail(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(
+        reply_tools(
+            ToolUse("read_file", {"path": f"notes/{TOKEN}.md"}),
+            ToolUse("list_dir", {"path": f"test-key/{UNTOLD_BOT_TOKEN}"}),
+        ),
+        reply_text("Nothing there."),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "read my notes")
+        await h.bot_text(OWNER, lambda t: "Nothing there." in t)
+        rows = await h.app.storage.audit_entries(limit=None)
+    calls = [r for r in rows if r.kind == "tool_call"]
+    assert {r.subject for r in calls} >= {"read_file", "list_dir"}, rows
+    assert all(r.actor == f"telegram:{OWNER}" and r.session_key == "main" for r in calls)
+    text = dump(rows)
+    for secret in (TOKEN, "test-key", UNTOLD_BOT_TOKEN):
+        assert secret not in text
 
 
 async def test_access_decisions_are_audited(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
