@@ -16,7 +16,7 @@ from typing import IO
 from collections.abc import Sequence
 
 from adapters.base import Button, InboundHandler
-from agent_core.approvals import Decision
+from agent_core.approvals import Decision, show_controls
 from agent_core.events import (
     ApprovalRequested,
     ApprovalResolved,
@@ -250,7 +250,8 @@ class ConsoleReply:
 
 
 def _brief(tool_input: dict[str, object]) -> str:
+    # Escaped: an ESC sequence here (e.g. \x1b[8m, "conceal") would hide the approval below.
     if "command" in tool_input:
-        return str(tool_input["command"])[:200]
+        return show_controls(str(tool_input["command"]))[:200]
     text = ", ".join(f"{k}={v!r}" for k, v in tool_input.items())
-    return text[:200]
+    return show_controls(text)[:200]

@@ -19,6 +19,7 @@ from agent_core.events import RunFailed, RunFinished
 from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.loop import AgentLoop, RunRequest
 from agent_core.ports import ApprovalRecord
+from agent_core.prompt import frame_untrusted
 from agent_core.risk import Scope
 from agent_core.text import clean_text
 from bot.commands import parse_command
@@ -387,7 +388,7 @@ class Conversations:
                     {
                         "type": "text",
                         "text": "Recent messages in this chat, not addressed to you "
-                        f"(context only):\n{lines}",
+                        f"(context only):\n{frame_untrusted(lines, 'group messages')}",
                     }
                 )
                 await self.storage.clear_group_messages(key)

@@ -165,3 +165,26 @@ async def test_sub_scope_denies_exec_and_write_without_asking(core: CoreHarness)
     assert core.executed == []
     denied = last_results(core)
     assert all(r["is_error"] and "Denied by policy" in r["content"] for r in denied)
+
+
+async def test_the_terminal_shows_the_command_that_will_run(core: CoreHarness) -> None:
+    import io
+
+    from adapters.console import ConsoleAdapter
+    from agent_core.inbound import ReplyTarget
+
+    hidden = "echo hidden; : \r\x1b[2Kls -la"
+    core.fake.script(reply_tools(ToolUse("danger", {"text": hidden})), reply_text("ok"))
+    out = io.StringIO()
+    console = ConsoleAdapter(stdin=io.StringIO(""), stdout=out)
+    reply = console.open_reply(ReplyTarget("console", "console"))
+
+    async def on_event(event) -> None:
+        await reply.handle(event)
+        if isinstance(event, ApprovalRequested):
+            await core.gate.resolve(event.approval_id, Decision.DENY, OWNER)
+
+    await core.run("do", on_event=on_event)
+    shown = out.getvalue()
+    assert "danger echo hidden; : \\r\\x1b[2Kls -la" in shown
+    assert "\r" not in shown and "\x1b" not in shown
