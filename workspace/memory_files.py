@@ -76,7 +76,8 @@ def chunk_lines(content: str, max_chars: int = CHUNK_CHARS) -> list[Chunk]:
 
 def scan_files(root: Path) -> dict[str, tuple[int, int]]:
     """{relative posix path: (mtime_ns, size)} of MEMORY.md and memory/**/*.md; symlinks
-    are skipped so nothing outside the workspace is ever indexed."""
+    and hard-linked logs are skipped, so nothing outside the workspace and nothing of another
+    scope is ever indexed under a session's logs (see workspace.access)."""
     found: dict[str, tuple[int, int]] = {}
     top = root / LONG_TERM_FILE
     if top.is_file() and not top.is_symlink():
@@ -99,7 +100,9 @@ def _walk(directory: Path, rel: str) -> Iterator[tuple[str, os.stat_result]]:
         if entry.is_dir():
             yield from _walk(Path(entry.path), child)
         elif entry.is_file() and entry.name.endswith(".md"):
-            yield child, entry.stat()
+            st = entry.stat()
+            if st.st_nlink == 1:  # a hard link could put MEMORY.md into a group's own logs
+                yield child, st
 
 
 def day_ord(rel: str, mtime_ns: int) -> int | None:
