@@ -48,6 +48,8 @@ class Roost:
     lazy_llm: LazyAnthropic | None = None
     expired_at_start: list[ApprovalRecord] = field(default_factory=list)
     """Approvals the previous process left pending; their cards are closed once adapters run."""
+    live: LiveConfig | None = None
+    """roost.toml's [policy] and [limits] as they are now (hot-reloaded)."""
 
     def load_model_client(self) -> None:
         """Start loading the SDK in the background (call once adapters are connected)."""
@@ -204,4 +206,4 @@ async def build(
             ),
         )
         stack.push_async_callback(conversations.aclose)
-        yield Roost(settings, storage, conversations, agent, gate, memory, lazy, expired_at_start)
+        yield Roost(settings, storage, conversations, agent, gate, memory, lazy, expired_at_start, live)

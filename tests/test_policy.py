@@ -219,3 +219,54 @@ async def test_group_chatter_reaches_the_model_framed_and_changes_nothing(tmp_pa
     assert UNTRUSTED_RULE in fake_api.requests[0].json["system"][0]["text"]
     result = fake_api.requests[-1].json["messages"][-1]["content"][0]
     assert result["is_error"] and "Denied by policy" in result["content"]
+
+
+async def test_a_folder_shared_with_a_group_is_readable_there_and_nothing_else(tmp_path: Path, fake_api) -> None:
+    from tests.app_harness import running_app
+    from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+    from tests.fakes.recording_adapter import group
+
+    fake_api.script(
+        reply_tools(ToolUse("read_file", {"path": "shared/work/plan.md"}), ToolUse("read_file", {"path": "notes/health.md"})),
+        reply_text("done"),
+    )
+    policy = {"groups": {"telegram:-5": {"roots": ["shared/work"]}}}
+    async with running_app(tmp_path, fake_api, policy=policy) as (app, adapter):
+        root = app.settings.workspace_dir
+        (root / "shared" / "work").mkdir(parents=True)
+        (root / "shared" / "work" / "plan.md").write_text("PLANWORD")
+        (root / "notes").mkdir(exist_ok=True)
+        (root / "notes" / "health.md").write_text("SECRETWORD")
+        await adapter.say(group("-5", "77", "@roost read the plan"))
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
+    shared, private_note = fake_api.requests[-1].json["messages"][-1]["content"]
+    assert not shared.get("is_error") and "PLANWORD" in shared["content"]
+    assert private_note["is_error"] and "SECRETWORD" not in private_note["content"]
+    assert str(tmp_path) not in private_note["content"]
+
+
+async def test_the_running_app_applies_a_policy_edit_without_restart(
+    tmp_path: Path, fake_api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.app_harness import running_app
+    from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+    from tests.fakes.recording_adapter import group
+
+    config = tmp_path / "roost.toml"
+    config.write_text('[policy.sub.tools]\nweb_fetch = "deny"\n')
+    monkeypatch.setenv("ROOST_CONFIG", str(config))
+    call = ToolUse("web_fetch", {"url": "http://127.0.0.1:9/"})
+    fake_api.script(reply_tools(call), reply_text("a"), reply_tools(call), reply_text("b"))
+    async with running_app(tmp_path, fake_api) as (app, adapter):
+        assert app.live is not None
+        await adapter.say(group("-5", "77", "@roost fetch"))
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
+        denied = fake_api.requests[-1].json["messages"][-1]["content"][0]
+        seen = app.live.checks
+        config.write_text('[policy.sub.tools]\nweb_fetch = "deny"\n[policy.groups."telegram:-5"]\ntools = { web_fetch = "allow" }\n')
+        await app.live.wait_checked(seen, 10)
+        await adapter.say(group("-5", "77", "@roost fetch again"))
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 2)
+        allowed = fake_api.requests[-1].json["messages"][-1]["content"][0]
+    assert "Denied by policy" in denied["content"]
+    assert "Denied by policy" not in allowed["content"]  # it ran (and the fetch itself failed or was refused)
