@@ -217,6 +217,10 @@ async def _pairing(settings: Settings, args: argparse.Namespace) -> int:
         if paired is None:
             print(f"No pending pairing code {args.code!r} on {args.platform} (wrong or expired).", file=sys.stderr)
             return 1
+        from agent_core.ports import AuditEntry
+
+        subject = f"{args.platform}:{paired.user_id}"
+        await storage.audit(AuditEntry(kind="pairing", actor="cli", subject=subject, decision="approved"))
         print(f"Paired {paired.user_name or paired.user_id} ({args.platform} user {paired.user_id}).")
         return 0
     finally:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Button
 from agent_core.inbound import Inbound, ReplyTarget
-from agent_core.ports import AuditEntry
+from agent_core.ports import AuditEntry, AuditKind
 from agent_core.risk import Scope
 from agent_core.transcript import repair
 from bot.cli_grants import chat_command as grants_chat_command
@@ -42,13 +42,13 @@ class CommandHandlers:
 
     async def audit_access(
         self, inbound: Inbound, subject: str, decision: str, session_key: str | None = None,
-        *, kind: str = "access", detail: str = "",
+        *, kind: AuditKind = "access", detail: str = "",
     ) -> None:
         """An access decision about this message's sender, for the audit trail."""
         where = f"{inbound.platform} {inbound.chat_kind} {inbound.chat_id}"
         await self._c.storage.audit(
             AuditEntry(
-                kind=kind,  # type: ignore[arg-type]
+                kind=kind,
                 actor=inbound.identity,
                 session_key=session_key,
                 subject=subject,

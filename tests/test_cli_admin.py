@@ -72,7 +72,7 @@ def test_access_allow_list_revoke_on_the_machine(tmp_path: Path) -> None:
     ]
 
 
-def test_audit_filters_by_session_and_time_and_never_prints_a_secret(tmp_path: Path) -> None:
+def test_audit_filters_by_session_and_time_and_never_prints_a_secret_and_cli_pairing_is_audited(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = env_for(home)
 
@@ -87,6 +87,7 @@ def test_audit_filters_by_session_and_time_and_never_prints_a_secret(tmp_path: P
                                            detail='{"path": "notes.md"}', decision="allow", status="ok", size=12))
             await storage.audit(AuditEntry(kind="access", actor="telegram:9", session_key="group:telegram:-5",
                                            subject="/new", decision="denied"))
+            await storage.create_pairing("telegram", "77", "Sam", "ABCDEFGH", datetime.now(UTC) + timedelta(hours=1))
         finally:
             await storage.aclose()
 
@@ -103,3 +104,8 @@ def test_audit_filters_by_session_and_time_and_never_prints_a_secret(tmp_path: P
     assert none.stdout.strip() == "No audit entries match."
     bad = roost("audit", "--since", "soon", env=env)
     assert bad.returncode == 2 and "--since 'soon'" in bad.stderr
+    assert roost("pairing", "approve", "telegram", "abcdefgh", env=env).returncode == 0
+    last = json.loads(roost("audit", "--limit", "1", "--json", env=env).stdout)
+    assert [(r["kind"], r["actor"], r["subject"], r["decision"]) for r in last] == [
+        ("pairing", "cli", "telegram:77", "approved")
+    ]
