@@ -237,8 +237,8 @@ def confine(
         raise NotAvailable("path contains a NUL byte")
     real_root = real_root or os.path.realpath(root)
     try:
-        # os.path.realpath is strict about nothing and walks each component once; pathlib's
-        # resolve() costs several times more and this runs for every file of every prompt.
+        # os.path.realpath rather than Path.resolve(): same result, a fraction of the cost,
+        # and this runs for every file of every prompt and every entry of a listing.
         real = os.path.realpath(os.path.join(real_root, os.path.expanduser(raw)))
     except (OSError, RuntimeError, ValueError):
         raise NotAvailable(f"{shown(raw)}: cannot resolve this path") from None
