@@ -220,10 +220,14 @@ class ApprovalGate:
             return ResolveResult(ResolveOutcome.NOT_YOURS, record)
         if record.state != "pending":
             return ResolveResult(ResolveOutcome.ALREADY_DECIDED, record)
+        rule = self._grant_rules.get(approval_id)
+        if decision is Decision.ALWAYS and rule is None:
+            # Nothing may be granted here (e.g. exec in a group): record what really holds,
+            # so no card claims "always allowed".
+            decision = Decision.ONCE
         state: ApprovalState = decision.value  # type: ignore[assignment]
         if not await self._store.resolve_approval(approval_id, state, by, self._now()):
             return ResolveResult(ResolveOutcome.ALREADY_DECIDED, await self._store.get_approval(approval_id))
-        rule = self._grant_rules.get(approval_id)
         if decision is Decision.ALWAYS and rule is not None:
             grant = await self._store.add_grant(rule, created_by=by)
             if self._audit is not None:

@@ -120,6 +120,10 @@ async def check_group_exec(runner: RunnerHarness) -> None:
     # both calls were asked: "Always allow" pressed in a group grants nothing for exec
     assert len(runner.asked) == 2 and runner.ran("exec") == ["make report"] * 2
     assert await runner.storage.grants(WORK) == []
+    # and no card or row claims "always": the press counted as "once"
+    for asked in runner.asked:
+        record = await runner.storage.get_approval(asked.approval_id)
+        assert record is not None and record.state == "once"
     # a group that did not enable exec never even asks
     assert (await runner.call("exec", {"command": "make report"}, session_key=OTHER, scope=Scope.SUB)).is_error
     assert len(runner.asked) == 2
