@@ -174,8 +174,8 @@ class Conversations:
         route = await self.router.route(inbound)
         match route:
             case NeedsPairing(code=code, new=new, tell_sender=tell_sender):
-                await self.commands.audit_stranger(inbound, code)
-                if tell_sender:
+                if tell_sender:  # audited as often as told: a flooding stranger adds no rows
+                    await self.commands.audit_stranger(inbound, code)
                     await self._notify(inbound, self.commands.pairing_text(code))
                 if code is not None and new:  # once per code, however often the stranger writes
                     await self.commands.tell_owner_about_pairing(inbound, code)

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 from agent_core.ports import AuditEntry
 from bot.logs import RedactSecrets
 from bot.storage import Storage
+from tests.app_harness import running_app
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+from tests.fakes.recording_adapter import private
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import BOT_USERNAME, GROUP, MEMBER, OWNER, STRANGER, TOKEN, running, tg  # noqa: F401
 
@@ -153,3 +155,12 @@ async def test_audit_in_the_owners_chat_shows_the_last_20_and_nobody_else_may_as
     assert len(lines) == 20
     assert "entry-05" in lines[0] and "entry-24" in lines[-1]  # the newest 20, oldest first
     assert "entry-04" not in (shown.text or "")
+
+
+async def test_a_flooding_stranger_adds_one_audit_row_not_one_per_message(tmp_path, fake_api: FakeAnthropic) -> None:
+    async with running_app(tmp_path, fake_api) as (app, adapter):
+        for i in range(20):
+            await adapter.say(private(666, f"let me in {i}"))
+        rows = await app.storage.audit_entries(limit=None)
+    assert [(r.kind, r.actor, r.decision) for r in rows] == [("pairing", "telegram:666", "pairing requested")]
+    assert not fake_api.requests
