@@ -103,13 +103,19 @@ class ToolRunner:
 
     async def verdict(self, ctx: ToolContext, tool: Tool[Any], parsed: BaseModel) -> Verdict:
         """Policy first, then a stored grant for this exact input may turn `ask` into `allow`."""
-        policy = self._policy()
-        verdict = policy.decide(ctx.scope, ctx.session_key, tool.name, tool.risk).verdict
-        if verdict is Verdict.ASK and self._grants is not None and policy.grant_may_apply(ctx.scope, tool.risk):
-            rule = GrantRule(ctx.session_key, tool.name, grant_input(tool.name, parsed))
-            if await self._grants.has_grant(rule):
-                return Verdict.ALLOW
-        return verdict
+        return (await self._decide(self._policy(), ctx, tool, grant_input(tool.name, parsed)))[0]
+
+    async def _decide(self, policy: Policy, ctx: ToolContext, tool: Tool[Any], normalised: str) -> tuple[Verdict, str]:
+        """(verdict, what decided it: a policy key, or "grant")."""
+        decided = policy.decide(ctx.scope, ctx.session_key, tool.name, tool.risk)
+        if (
+            decided.verdict is Verdict.ASK
+            and self._grants is not None
+            and policy.grant_may_apply(ctx.scope, tool.risk)
+            and await self._grants.has_grant(GrantRule(ctx.session_key, tool.name, normalised))
+        ):
+            return Verdict.ALLOW, "grant"
+        return decided.verdict, decided.source
 
     async def run_all(
         self, calls: list[ToolCall], ctx: ToolContext, grants: object, emit: Emit
@@ -204,19 +210,22 @@ class ToolRunner:
         normalised = grant_input(tool.name, parsed)
         trail.detail = _audit_detail(tool.name, parsed, normalised)
 
-        verdict = await self.verdict(ctx, tool, parsed)
+        policy = self._policy()  # one snapshot for the whole decision, even across a reload
+        verdict, source = await self._decide(policy, ctx, tool, normalised)
         trail.decision = verdict.value
+        if source == "grant":
+            trail.approver = "grant"  # a stored 'always allow' rule for this exact input
         if verdict is Verdict.DENY:
             return error(
                 f"Denied by policy: {tool.name} (risk class {tool.risk.value}) is not allowed "
-                f"in this {'private' if ctx.scope is Scope.MAIN else 'shared'} session.",
+                f"in this {'private' if ctx.scope is Scope.MAIN else 'shared'} session ({source}).",
                 "denied",
             )
         if verdict is Verdict.ASK:
             if self._gate is None:
                 return error(f"{tool.name} needs approval and no one can approve here.", "denied")
             rule = GrantRule(ctx.session_key, tool.name, normalised)
-            grantable = self._policy().grant_may_apply(ctx.scope, tool.risk) and is_clean(normalised)
+            grantable = policy.grant_may_apply(ctx.scope, tool.risk) and is_clean(normalised)
             answer = await self._gate.ask(
                 session_key=ctx.session_key,
                 run_id=ctx.run_id,

@@ -90,3 +90,13 @@ async def test_error_text_carries_no_machine_path(tmp_path: Path) -> None:
         assert outcome.is_error
         assert str(tmp_path) not in outcome.content
         assert "'notes/health.md'" in outcome.content
+
+
+async def test_a_call_allowed_by_a_stored_grant_says_so(tmp_path: Path) -> None:
+    async with runner_harness(tmp_path) as runner:
+        runner.decision = Decision.ALWAYS
+        await runner.call("exec", {"command": "uptime"})
+        await runner.call("exec", {"command": "uptime"})
+        asked, granted = runner.audit.entries
+        assert (asked.decision, asked.approver) == ("ask", OWNER)
+        assert (granted.decision, granted.approver, granted.status) == ("allow", "grant", "ok")
