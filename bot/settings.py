@@ -194,7 +194,7 @@ def load_settings(**overrides: Any) -> Settings:
 def _describe(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        lines.append(f"  {_env_name(err['loc'])}: {err['msg']}")
+        lines.append(f"  {_env_name(err['loc'])}: {err['msg'].removeprefix('Value error, ')}")
     return "invalid configuration:\n" + "\n".join(lines)
 
 
@@ -212,4 +212,6 @@ def _env_name(loc: tuple[Any, ...]) -> str:
         return "configuration"
     if parts[0] in _UNPREFIXED or parts[0] in _UNPREFIXED.values():
         return _UNPREFIXED.get(parts[0], parts[0])
+    if parts[0] in ("policy", "limits"):  # roost.toml tables: named as the hot reload names them
+        return ".".join(parts)
     return "ROOST_" + "__".join(p.upper() for p in parts)

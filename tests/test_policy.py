@@ -274,3 +274,11 @@ async def test_the_running_app_applies_a_policy_edit_without_restart(
         allowed = fake_api.requests[-1].json["messages"][-1]["content"][0]
     assert "Denied by policy" in denied["content"]
     assert "Denied by policy" not in allowed["content"]  # it ran (and the fetch itself failed or was refused)
+
+
+def test_a_bad_policy_at_start_names_the_toml_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bot.settings import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        policy_from_toml(tmp_path, monkeypatch, '[policy.groups."telegram:-100"]\nexec = "allow"\n')
+    assert "policy.groups.telegram:-100.exec: exec in a group is always asked" in str(caught.value)
