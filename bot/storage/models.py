@@ -281,3 +281,35 @@ class AuditModel(Base):
     status: Mapped[str | None] = mapped_column(String(16))
     size: Mapped[int | None] = mapped_column(Integer)
     duration_s: Mapped[float | None] = mapped_column(Float)
+
+
+class JobModel(Base):
+    """A scheduled job (bot.scheduling): what to run, when next, and how its last run went.
+    The schedule is stored as text (kind + spec + zone) and rebuilt into an APScheduler
+    trigger, so rows never hold pickles."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index(None, "state", "next_run_at"), Index(None, "session_key"))
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    prompt: Mapped[str] = mapped_column(Text)
+    session_key: Mapped[str] = mapped_column(String(255))
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_kind: Mapped[str] = mapped_column(String(16))
+    chat_id: Mapped[str] = mapped_column(String(64))
+    thread_id: Mapped[str | None] = mapped_column(String(64))
+    creator: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[str] = mapped_column(String(255))
+    timezone: Mapped[str] = mapped_column(String(64))
+    grace_s: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    next_run_at: Mapped[datetime | None]
+    last_run_at: Mapped[datetime | None]
+    last_run_id: Mapped[str | None] = mapped_column(String(64))
+    last_exec: Mapped[str | None] = mapped_column(String(16))
+    last_delivery: Mapped[str | None] = mapped_column(String(16))
+    missed_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
