@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent_core.approvals import ApprovalGate, Decision
 from agent_core.events import Event, ToolFinished, ToolStarted
-from agent_core.policy import DEFAULT, GrantRule, Policy, Rules, canonical_json, grant_input
+from agent_core.policy import DEFAULT, GrantRule, Policy, canonical_json, grant_input
 from agent_core.ports import AuditEntry, AuditSink, RunStore
 from agent_core.risk import Risk, Scope, Verdict
 from agent_core.text import is_clean
@@ -75,7 +75,7 @@ class ToolRunner:
         gate: ApprovalGate | None,
         store: RunStore,
         *,
-        policy: Policy | PolicySource | Mapping[Scope, Mapping[Risk, Verdict]] = DEFAULT,
+        policy: Policy | PolicySource = DEFAULT,
         default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
         audit: AuditSink | None = None,
         grants: GrantLookup | None = None,
@@ -97,16 +97,9 @@ class ToolRunner:
         self._untrusted = frozenset(untrusted_results)
         self._calls_per_run: OrderedDict[str, int] = OrderedDict()
 
-    @property
-    def policy(self) -> Policy:
-        return self._policy()
-
-    async def verdict(self, ctx: ToolContext, tool: Tool[Any], parsed: BaseModel) -> Verdict:
-        """Policy first, then a stored grant for this exact input may turn `ask` into `allow`."""
-        return (await self._decide(self._policy(), ctx, tool, grant_input(tool.name, parsed)))[0]
-
     async def _decide(self, policy: Policy, ctx: ToolContext, tool: Tool[Any], normalised: str) -> tuple[Verdict, str]:
-        """(verdict, what decided it: a policy key, or "grant")."""
+        """(verdict, what decided it: a policy key, or "grant"). Policy first; then a stored
+        grant for this exact input may turn `ask` into `allow`."""
         decided = policy.decide(ctx.scope, ctx.session_key, tool.name, tool.risk)
         if (
             decided.verdict is Verdict.ASK
@@ -260,14 +253,10 @@ class ToolRunner:
         return ToolOutcome(call.id, text, False)
 
 
-def _policy_source(policy: Policy | PolicySource | Mapping[Scope, Mapping[Risk, Verdict]]) -> PolicySource:
+def _policy_source(policy: Policy | PolicySource) -> PolicySource:
     if isinstance(policy, Policy):
         return lambda: policy
-    if callable(policy):
-        return policy
-    # A plain {scope: {risk: verdict}} table, as risk.DEFAULT_POLICY.
-    fixed = Policy(main=Rules(risks=dict(policy[Scope.MAIN])), sub=Rules(risks=dict(policy[Scope.SUB])))
-    return lambda: fixed
+    return policy
 
 
 def _audit_detail(tool_name: str, parsed: BaseModel, normalised: str) -> str:
