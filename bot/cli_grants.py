@@ -17,6 +17,8 @@ from bot.settings import Settings
 
 SHOWN_INPUT_CHARS = 300
 """A listing shows this much of each input (the rule itself always holds all of it)."""
+CHAT_LISTING = 20
+"""/grants shows the newest rules up to this many (a chat message has a size limit)."""
 
 
 class GrantStore(Protocol):
@@ -36,11 +38,14 @@ def grant_line(grant: Grant) -> str:
     return f"#{grant.id} {grant.rule.session_key} · {grant.rule.tool_name} · {text}  ({when}{by})"
 
 
-def listing(grants: Sequence[Grant], revoke_hint: str) -> str:
+def listing(grants: Sequence[Grant], revoke_hint: str, limit: int | None = None) -> str:
     if not grants:
         return "No 'always allow' rules are stored."
     lines = [f"'Always allow' rules ({len(grants)}), each for one session, tool and exact input:"]
-    lines += [grant_line(g) for g in grants]
+    shown = grants if limit is None else grants[-limit:]
+    if len(shown) < len(grants):
+        lines.append(f"(the newest {len(shown)}; `roost grants list` shows all)")
+    lines += [grant_line(g) for g in shown]
     lines.append(revoke_hint)
     return "\n".join(lines)
 
@@ -67,7 +72,7 @@ async def chat_command(store: GrantStore, args: str, actor: str) -> str:
     """`/grants` lists every session's rules; `/grants revoke ID` removes one."""
     action, _, rest = args.strip().partition(" ")
     if not action or action == "list":
-        return listing(await store.grants(), "Revoke one with /grants revoke <id>.")
+        return listing(await store.grants(), "Revoke one with /grants revoke <id>.", CHAT_LISTING)
     if action == "revoke" and rest.strip():
         return await revoke(store, rest, actor)
     return "Use /grants to list the 'always allow' rules, /grants revoke <id> to remove one."
