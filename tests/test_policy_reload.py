@@ -3,6 +3,7 @@ one is rejected with one log line naming the key and the last good configuration
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -128,14 +129,15 @@ async def test_unknown_tool_names_are_logged_not_rejected(
     assert "telegram:-100" in live.policy.groups
 
 
-async def test_closed_watcher_stops_polling(tmp_path: Path) -> None:
+async def test_closing_the_watcher_ends_its_task(tmp_path: Path) -> None:
     path = tmp_path / "roost.toml"
     path.write_text(START)
     config = LiveConfig(path, policy=PolicySettings(), limits=LimitSettings(), interval_s=0.01)
     await config.start()
+    assert any(t.get_name() == "live-config" for t in asyncio.all_tasks())
     await config.aclose()
-    path.write_text(WORK_GROUP_GETS_THE_WEB)
-    assert config.checks == 0
+    await config.aclose()  # idempotent
+    assert not any(t.get_name() == "live-config" for t in asyncio.all_tasks())
     with pytest.raises(RuntimeError):
         await config.start()
 
