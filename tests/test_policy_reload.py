@@ -149,3 +149,14 @@ async def test_an_approval_follows_a_reload_from_ask_to_allow(live: LiveConfig, 
         await edit(live, START + '\n[policy.main]\nexec = "allow"\n')
         await runner.call("exec", {"command": "ls"})
         assert len(runner.asked) == 1 and runner.ran("exec") == ["ls", "ls"]
+
+
+def test_the_owner_is_exempt_from_the_tool_call_cap_unless_configured(tmp_path: Path) -> None:
+    from agent_core.tools import ToolContext
+    from bot.live_config import tool_call_cap
+
+    main = ToolContext("main", Scope.MAIN, tmp_path)
+    group = ToolContext(GROUP, Scope.SUB, tmp_path)
+    assert (tool_call_cap(LimitSettings(), main), tool_call_cap(LimitSettings(), group)) == (0, 50)
+    strict = LimitSettings(owner_exempt=False, tool_calls_per_run=7)
+    assert (tool_call_cap(strict, main), tool_call_cap(strict, group)) == (7, 7)
