@@ -9,6 +9,7 @@ from bot.commands import COMMANDS, GROUP_COMMANDS
 from bot.settings import Settings
 
 if TYPE_CHECKING:
+    from adapters.discord import DiscordAdapter
     from adapters.telegram import TelegramAdapter
 
 
@@ -16,6 +17,8 @@ def configured_adapters(settings: Settings) -> list[Adapter]:
     adapters: list[Adapter] = []
     if settings.telegram_bot_token is not None:
         adapters.append(telegram_adapter(settings))
+    if settings.discord_bot_token is not None:
+        adapters.append(discord_adapter(settings))
     return adapters
 
 
@@ -34,5 +37,21 @@ def telegram_adapter(settings: Settings, **extra: Any) -> TelegramAdapter:
         webhook_listen=tg.webhook_listen,
         webhook_secret=tg.webhook_secret.get_secret_value() if tg.webhook_secret else None,
         commands={**COMMANDS, **GROUP_COMMANDS},
+        **extra,
+    )
+
+
+def discord_adapter(settings: Settings, **extra: Any) -> DiscordAdapter:
+    """The Discord adapter for these settings; `extra` are its optional keyword arguments."""
+    from adapters.discord import DiscordAdapter  # imported only when used
+
+    dc = settings.discord
+    assert settings.discord_bot_token is not None, "DISCORD_BOT_TOKEN is not set"
+    return DiscordAdapter(
+        settings.discord_bot_token.get_secret_value(),
+        api_base=dc.api_base,
+        gateway_url=dc.gateway_url,
+        allowed_guilds=dc.allowed_guilds,
+        commands={name: text for name, text in {**COMMANDS, **GROUP_COMMANDS}.items() if name != "start"},
         **extra,
     )

@@ -27,10 +27,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from bot.heartbeat import HeartbeatSettings
 from bot.limit_settings import LimitSettings
 from bot.policy_settings import PolicySettings
 
 TELEGRAM_API = "https://api.telegram.org/bot"
+DISCORD_API = "https://discord.com/api/v10"
 
 
 class ConfigError(Exception):
@@ -87,6 +89,11 @@ class TelegramSettings(_Section):
 class DiscordSettings(_Section):
     allowed_guilds: list[str] = []
     allowed_channels: list[str] = []
+    api_base: str = DISCORD_API
+    """REST base of any Discord-compatible server (ROOST_DISCORD__API_BASE)."""
+    gateway_url: str | None = None
+    """Gateway websocket URL (ROOST_DISCORD__GATEWAY_URL); None: Discord's, or the one a
+    non-default api_base names at GET /gateway/bot."""
 
     @field_validator("allowed_guilds", "allowed_channels", mode="before")
     @classmethod
@@ -113,6 +120,9 @@ class Settings(BaseSettings):
     limits: LimitSettings = LimitSettings()
     """Hot-reloaded from roost.toml while running."""
     log_level: str = "INFO"
+    timezone: str | None = None
+    """IANA zone for schedules (ROOST_TIMEZONE); None: the machine's."""
+    heartbeat: HeartbeatSettings = HeartbeatSettings()
 
     telegram_bot_token: SecretStr | None = Field(
         None, validation_alias=AliasChoices("TELEGRAM_BOT_TOKEN", "telegram_bot_token")
@@ -132,6 +142,16 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
+    @field_validator("timezone")
+    @classmethod
+    def _iana_zone(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from bot.scheduling.schedules import zone
+
+        zone(value.strip())  # raises with "use an IANA name like Europe/Berlin"
+        return value.strip()
+
     @field_validator("owners", "approvers")
     @classmethod
     def _owner_format(cls, owners: list[str]) -> list[str]:
@@ -148,6 +168,15 @@ class Settings(BaseSettings):
     @property
     def workspace_dir(self) -> Path:
         return (self.workspace or self.home_dir / "workspace").expanduser()
+
+    @property
+    def tz_name(self) -> str:
+        """The schedules' zone: ROOST_TIMEZONE, else the machine's."""
+        if self.timezone:
+            return self.timezone
+        import tzlocal
+
+        return tzlocal.get_localzone_name() or "UTC"
 
     @property
     def db_url(self) -> str:

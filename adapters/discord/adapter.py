@@ -1,0 +1,420 @@
+"""The Discord adapter: discord.py's `Client` (gateway + REST), turned into `Inbound`
+values for the `InboundHandler` and rendered replies back.
+
+Lifecycle: `start(handler)` points discord.py at the configured REST base and gateway
+(`endpoints.point_at`), logs in, and checks the application's Message Content flag: if it
+is off, one warning line says how to fix it and the bot connects without that intent (DMs
+and mentions still carry text; Discord would refuse the connection otherwise). Then it
+connects (guilds, guild messages, DM messages, message content), waits for READY and
+registers the slash commands in the background. discord.py reconnects a dropped gateway
+itself and RESUMEs the session, so missed events are replayed, not lost. If start fails,
+everything started so far is closed. `aclose` stops intake, lets messages in progress
+finish briefly, drops queued sends and closes the client; it is idempotent.
+
+Inbound: a message in a guild whose id is not in `allowed_guilds` (unless that list is
+empty or has "*") is ignored here; channels are the router's business. Messages of one
+channel reach the handler in arrival order.
+
+Outgoing traffic: one `Outbox` paces every channel (≥ 1.2 s between requests) and pauses
+on 429; discord.py's own rate-limit handling sits below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection, Coroutine, Mapping, Sequence
+from typing import Any, Literal
+
+import discord
+
+from adapters.base import Button, Delivery, InboundHandler
+from adapters.discord.approval_views import (
+    ActionButton,
+    ApprovalButton,
+    ApprovalPresses,
+    DiscordCards,
+    parse_card_ref,
+    record_text,
+)
+from adapters.discord.commands import command_tree
+from adapters.discord.endpoints import DEFAULT_API_BASE, adopt_gateway, needs_gateway_lookup, point_at
+from adapters.discord.reply import DiscordReply, ReplyContext
+from adapters.discord.transport import DISCORD_LIMIT, EDIT_INTERVAL_S, NO_MENTIONS
+from adapters.discord.updates import BotIdentity, command_inbound, to_inbound
+from adapters.errors import DeliveryError, MessageGone
+from adapters.outbox import Clock, Outbox, Priority, Sleep
+from adapters.render.chunks import ChunkSpec, plan_chunks
+from adapters.telegram.pacing import through_outbox
+from agent_core.inbound import ReplyTarget
+from agent_core.ports import ApprovalRecord
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_NOTE = "\n\n… (interrupted: Roost restarted)"
+MISSING_INTENT = (
+    "discord: the Message Content intent is not enabled for this bot, so it reads only DMs "
+    "and messages that mention it; fix: Discord Developer Portal → your application → Bot → "
+    "Privileged Gateway Intents → enable MESSAGE CONTENT INTENT, then restart"
+)
+SPEC = ChunkSpec.create(DISCORD_LIMIT, "chars", True)
+
+
+class DiscordStartError(RuntimeError):
+    """The adapter could not connect (bad token, gateway refused, no READY in time)."""
+
+
+def wanted_intents(*, message_content: bool) -> discord.Intents:
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = message_content
+    return intents
+
+
+def content_intent_enabled(flags: discord.ApplicationFlags) -> bool:
+    return bool(flags.gateway_message_content or flags.gateway_message_content_limited)
+
+
+class _Client(discord.Client):
+    """discord.py's client with Roost's event hooks (set by the adapter)."""
+
+    def __init__(self, adapter: DiscordAdapter, intents: discord.Intents) -> None:
+        super().__init__(intents=intents, max_messages=None, chunk_guilds_at_startup=False)
+        self._adapter = adapter
+        self.ready = asyncio.Event()
+        self.on_approval_press: Any = None
+        self.on_action_press: Any = None
+
+    async def setup_hook(self) -> None:
+        # Registered once per client: any card's buttons resolve, also an old process's.
+        self.add_dynamic_items(ApprovalButton, ActionButton)
+
+    async def on_ready(self) -> None:
+        self.ready.set()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self._adapter._on_message(message)
+
+
+class DiscordAdapter:
+    """Implements `adapters.base.Adapter` for Discord; see the module docstring."""
+
+    platform = "discord"
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        api_base: str = DEFAULT_API_BASE,
+        gateway_url: str | None = None,
+        allowed_guilds: Collection[str] = (),
+        commands: Mapping[str, str] | None = None,
+        edit_interval_s: float = EDIT_INTERVAL_S,
+        ready_timeout_s: float = 30.0,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._token = token
+        self._api_base, self._gateway_url = api_base, gateway_url
+        self._guilds = frozenset(str(g) for g in allowed_guilds)
+        self._commands = dict(commands or {})
+        self._interval = edit_interval_s
+        self._ready_timeout = ready_timeout_s
+        self._clock, self._sleep = clock, sleep
+        self._state: Literal["new", "running", "closed"] = "new"
+        self._client: _Client | None = None
+        self._connector: asyncio.Task[None] | None = None
+        self._outbox: Outbox | None = None
+        self._ctx: ReplyContext | None = None
+        self._handler: InboundHandler | None = None
+        self._me: BotIdentity | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._chains: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._interactions: dict[str, discord.Interaction] = {}
+        self._answered: set[str] = set()
+        self._channels: set[str] = set()
+        """Channel ids seen in inbound messages (never a user id)."""
+        self._dm_of: dict[str, str] = {}
+        """User id → the DM channel opened for them."""
+        self.message_content_missing = False
+        """True when the application lacks the Message Content intent (see MISSING_INTENT)."""
+
+    @property
+    def bot_user_id(self) -> int | None:
+        return self._me.id if self._me else None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self, handler: InboundHandler) -> None:
+        if self._state != "new":
+            raise RuntimeError(f"DiscordAdapter cannot start: it is {self._state}")
+        self._state = "running"
+        try:
+            await self._start(handler)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _login(self, *, message_content: bool) -> _Client:
+        client = _Client(self, wanted_intents(message_content=message_content))
+        self._client = client
+        await client.login(self._token)
+        return client
+
+    async def _start(self, handler: InboundHandler) -> None:
+        self._handler = handler
+        point_at(self._api_base, self._gateway_url)
+        client = await self._login(message_content=True)
+        if not content_intent_enabled(client.application_flags):
+            log.warning(MISSING_INTENT)
+            self.message_content_missing = True
+            await client.close()  # intents are fixed per client: log in again without it
+            client = await self._login(message_content=False)
+        if needs_gateway_lookup(self._api_base, self._gateway_url):
+            await adopt_gateway(client.http)
+        assert client.user is not None
+        self._me = BotIdentity(client.user.id, client.user.name)
+        self._outbox = Outbox(clock=self._clock, sleep=self._sleep)
+        await self._outbox.start()
+        cards = DiscordCards(self._outbox, on_card=handler.note_approval_card)
+        client.on_approval_press = ApprovalPresses(cards, handler.decide)
+        client.on_action_press = self._action
+        self._ctx = ReplyContext(client, self._outbox, cards, handler, self._clock, self._sleep, self._interval)
+        tree = command_tree(client, self._commands, self._slash) if self._commands else None
+        self._connector = asyncio.get_running_loop().create_task(client.connect(reconnect=True), name="discord-gateway")
+        ready = asyncio.get_running_loop().create_task(client.ready.wait())
+        try:
+            await asyncio.wait({ready, self._connector}, timeout=self._ready_timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if self._connector.done():
+            exc = self._connector.exception()
+            raise DiscordStartError(f"discord gateway closed before READY: {exc!r}") from exc
+        if not client.ready.is_set():
+            raise DiscordStartError(f"discord: no READY within {self._ready_timeout:g} s")
+        if tree is not None:
+            self._spawn(self._sync_commands(tree))
+        log.info("discord.started bot=%s id=%s", self._me.name, self._me.id)
+
+    async def _sync_commands(self, tree: discord.app_commands.CommandTree) -> None:  # type: ignore[type-arg]
+        try:
+            await tree.sync()
+        except discord.HTTPException as exc:  # the bot works without the command menu
+            log.warning("discord.commands_sync_failed: %s", exc)
+
+    async def aclose(self, grace_s: float = 5.0) -> None:
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        inflight = set(self._inflight)
+        if inflight:
+            _, late = await asyncio.wait(inflight, timeout=grace_s)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._outbox is not None:
+            await self._outbox.aclose()
+        if self._client is not None:
+            await _quietly("client.close", self._client.close())
+        if self._connector is not None:
+            self._connector.cancel()
+            await asyncio.gather(self._connector, return_exceptions=True)
+        log.info("discord.closed")
+
+    async def __aenter__(self) -> DiscordAdapter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- inbound ---------------------------------------------------------------------
+
+    def _guild_allowed(self, guild: discord.Guild | None) -> bool:
+        return guild is None or not self._guilds or "*" in self._guilds or str(guild.id) in self._guilds
+
+    async def _on_message(self, message: discord.Message) -> None:
+        if self._state != "running" or self._me is None or self._handler is None:
+            return
+        inbound = to_inbound(message, self._me)
+        if inbound is None:
+            return
+        self._channels.add(str(message.channel.id))
+        if not self._guild_allowed(message.guild):
+            log.info("discord.guild_not_allowed guild=%s", message.guild.id if message.guild else "-")
+            return
+        await self._in_order(str(message.channel.id), self._handler.receive(inbound))
+
+    async def _in_order(self, key: str, work: Coroutine[Any, Any, Any]) -> None:
+        """Run `work` after earlier work of the same channel (asyncio locks are FIFO), and
+        let `aclose` wait for it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._inflight.add(task)
+        lock, users = self._chains.get(key, (asyncio.Lock(), 0))
+        self._chains[key] = (lock, users + 1)
+        try:
+            async with lock:
+                await work
+        finally:
+            lock, users = self._chains[key]
+            if users <= 1:
+                del self._chains[key]
+            else:
+                self._chains[key] = (lock, users - 1)
+            if task is not None:
+                self._inflight.discard(task)
+
+    async def _slash(self, interaction: discord.Interaction, text: str) -> None:
+        """A slash command: acknowledged at once (ephemeral "thinking"), handled like the
+        typed command; what the handler answers goes back as the ephemeral response."""
+        if self._state != "running" or self._handler is None:
+            return
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        inbound = command_inbound(interaction, text)
+        key = inbound.message_id or ""
+        self._interactions[key] = interaction
+        try:
+            await self._in_order(inbound.chat_id, self._handler.receive(inbound))
+        finally:
+            self._interactions.pop(key, None)
+            if key not in self._answered:
+                await _followup(interaction, "Nothing to say here.")
+            self._answered.discard(key)
+
+    async def _action(self, interaction: discord.Interaction, action: str) -> None:
+        """A standalone message's button: today only "pair:<code>" (the owner approves)."""
+        await interaction.response.defer()
+        assert self._handler is not None
+        if not action.startswith("pair:"):
+            await _followup(interaction, "This button is no longer active.")
+            return
+        result = await self._handler.approve_pairing("discord", action[5:], f"discord:{interaction.user.id}")
+        text = interaction.message.content if interaction.message else ""
+        try:
+            await interaction.edit_original_response(content=f"{text}\n\n{result}"[:DISCORD_LIMIT], view=None,
+                                                     allowed_mentions=NO_MENTIONS)
+        except discord.HTTPException as exc:
+            log.warning("discord.pairing_edit_failed: %s", exc)
+
+    # -- outbound --------------------------------------------------------------------
+
+    def _running(self) -> ReplyContext:
+        if self._state != "running" or self._ctx is None:
+            raise RuntimeError("DiscordAdapter is not running")
+        return self._ctx
+
+    def open_reply(self, target: ReplyTarget) -> DiscordReply:
+        ctx = self._running()
+        # In a guild the answer replies to the message that asked (a DM needs no quoting).
+        in_guild = isinstance(ctx.client.get_channel(int(target.chat_id)), discord.abc.GuildChannel)
+        return DiscordReply(ctx, target, quote=in_guild)
+
+    async def send_text(self, target: ReplyTarget, text: str, *, buttons: Sequence[Button] = ()) -> str:
+        """Markdown split at 2000 characters; buttons go on the last message. The answer
+        to a slash command goes back ephemerally to the person who ran it."""
+        ctx = self._running()
+        chunks = [p.text for p in plan_chunks(text, SPEC)]
+        if not chunks:
+            raise DeliveryError("refusing to send an empty message")
+        interaction = self._interactions.get(target.reply_to or "")
+        if interaction is not None and not buttons:
+            self._answered.add(target.reply_to or "")
+            message_id = ""
+            for chunk in chunks:
+                message_id = await _followup(interaction, chunk) or message_id
+            return message_id
+        target = await self._resolved(target)
+        transport = ctx.transport_for(target, quote=False)
+        view = None
+        if buttons:
+            view = discord.ui.View(timeout=None)
+            for b in buttons[:25]:
+                view.add_item(ActionButton(b.label, b.action))
+        message_id = ""
+        for n, chunk in enumerate(chunks):
+            last = n == len(chunks) - 1
+
+            async def send(text: str = chunk, v: discord.ui.View | None = view if last else None) -> str:
+                return await transport.send(text, [], view=v)
+
+            message_id = await through_outbox(ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s)
+        return message_id
+
+    async def _resolved(self, target: ReplyTarget) -> ReplyTarget:
+        """A private target may name a user (e.g. the owner to tell about a pairing), not a
+        channel: Discord DMs have channel ids of their own, opened once and remembered."""
+        ctx = self._running()
+        chat = target.chat_id
+        if target.thread_id or chat in self._channels or ctx.client.get_channel(int(chat)) is not None:
+            return target
+        if chat not in self._dm_of:
+            try:
+                dm = await ctx.client.create_dm(discord.Object(int(chat)))
+            except discord.HTTPException:  # not a user: a channel we have not seen yet
+                self._channels.add(chat)
+                return target
+            self._dm_of[chat] = str(dm.id)
+        return ReplyTarget(target.platform, self._dm_of[chat], None, target.reply_to)
+
+    async def close_expired_card(self, record: ApprovalRecord) -> None:
+        """Edit a card left live by a previous process to its final state, without buttons."""
+        ctx = self._running()
+        where = parse_card_ref(record.chat_ref or "")
+        if where is None:
+            return
+        channel_id, message_id = where
+        transport = ctx.transport(channel_id)
+        text = record_text(record, None)
+        try:
+            await through_outbox(
+                ctx.outbox, transport.chat_key,
+                lambda: transport.edit(str(message_id), text, [], remove_view=True),
+                interval=transport.min_edit_interval_s, priority=Priority.EDIT,
+            )
+        except MessageGone:
+            log.info("discord.expired_card_gone channel=%s message=%s", channel_id, message_id)
+
+    async def mark_interrupted(self, delivery: Delivery) -> None:
+        """Append a note to the cut-off message in place; a deleted message needs nothing."""
+        ctx = self._running()
+        if delivery.message_id is None:
+            return
+        transport = ctx.transport(delivery.thread_id or delivery.chat_id)
+        text = delivery.text.rstrip()[: DISCORD_LIMIT - len(INTERRUPTED_NOTE)]
+        note = (text + INTERRUPTED_NOTE).strip()
+        message_id = delivery.message_id
+        try:
+            await through_outbox(
+                ctx.outbox, transport.chat_key, lambda: transport.edit(message_id, note, []),
+                interval=transport.min_edit_interval_s, priority=Priority.EDIT,
+            )
+        except MessageGone:
+            log.info("discord.interrupted_message_gone channel=%s message=%s", delivery.chat_id, message_id)
+
+
+async def _followup(interaction: discord.Interaction, text: str) -> str | None:
+    try:
+        message = await interaction.followup.send(text, ephemeral=True, allowed_mentions=NO_MENTIONS, wait=True)
+    except discord.HTTPException as exc:
+        log.warning("discord.followup_failed: %s", exc)
+        return None
+    return str(message.id)
+
+
+async def _quietly(what: str, aw: Coroutine[Any, Any, Any]) -> None:
+    try:
+        await aw
+    except Exception:  # closing must go on: later steps still release their resources
+        log.exception("discord.close_step_failed step=%s", what)

@@ -1,0 +1,712 @@
+"""A local fake Discord: REST (API v10) over HTTP and the gateway over a websocket.
+
+discord.py talks to it unchanged through ROOST_DISCORD__API_BASE (`api_base`) and
+ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
+- every REST call but interaction callbacks/webhooks needs `Authorization: Bot <token>` (401);
+- content over 2000 characters, more than 5 rows or 5 buttons per row, a custom_id over 100
+  characters or a label over 80 → 400 with code 50035 (Invalid Form Body); nothing → 50006;
+- an interaction must be answered within `interaction_deadline_s` (3 s) and only once:
+  later → 404 code 10062 (Unknown interaction), twice → 400 code 40060;
+- `rate_limit_next(...)` answers the next matching call with 429, `retry_after` and the
+  X-RateLimit headers (nothing takes effect);
+- gateway: HELLO, IDENTIFY (wrong token → close 4004; the Message Content intent without
+  the application flag → close 4014), READY + GUILD_CREATE, heartbeat ACK, RESUME replays
+  what was missed; without the Message Content intent guild messages that do not mention
+  the bot arrive with empty content, as on Discord;
+- a send with `enforce_nonce` and a nonce already used in the channel returns the first
+  message instead of posting again (Discord's idempotent send).
+Every REST call is recorded (`calls`). The server runs aiohttp in its own thread and loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from aiohttp import WSMsgType, web
+
+from tests.fakes.discord_state import Call, Channel, Interaction, State, StoredMessage, iso_now, snowflake
+
+T = TypeVar("T")
+
+API_PREFIX = "/api/v10"
+MAX_CONTENT = 2000
+EPHEMERAL = 64
+INTENT_GUILD_MESSAGES = 1 << 9
+INTENT_DIRECT_MESSAGES = 1 << 12
+INTENT_MESSAGE_CONTENT = 1 << 15
+FLAG_MESSAGE_CONTENT = 1 << 19
+FLAG_MESSAGE_CONTENT_LIMITED = 1 << 18
+
+
+@dataclass
+class _RateLimit:
+    method: str
+    path_prefix: str
+    retry_after: float
+
+
+@dataclass
+class _Session:
+    id: str
+    intents: int
+    seq: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    ws: web.WebSocketResponse | None = None
+
+
+class DiscordError(Exception):
+    def __init__(self, status: int, code: int, message: str, errors: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.errors = status, code, errors
+
+
+def _form_error(field_name: str, message: str) -> DiscordError:
+    errors = {field_name: {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": message}]}}
+    return DiscordError(400, 50035, "Invalid Form Body", errors)
+
+
+class FakeDiscord:
+    """See the module docstring. Use as a context manager (starts and stops the server)."""
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        bot_id: str = "900000000000000001",
+        bot_name: str = "roost",
+        message_content_enabled: bool = True,
+        interaction_deadline_s: float = 3.0,
+        heartbeat_interval_ms: int = 41250,
+    ) -> None:
+        self.token = token
+        self.bot_id = bot_id
+        self.application_id = bot_id
+        self.message_content_enabled = message_content_enabled
+        self.interaction_deadline_s = interaction_deadline_s
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.state = State()
+        self.state.users[bot_id] = _user(bot_id, bot_name, bot=True)
+        self._sessions: dict[str, _Session] = {}
+        self._live: _Session | None = None
+        self._rate_limits: list[_RateLimit] = []
+        self.identifies: list[dict[str, Any]] = []
+        self.resumes: list[dict[str, Any]] = []
+        self.gateway_closes: list[int] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def __enter__(self) -> FakeDiscord:
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(ready,), daemon=True, name="fake-discord")
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("fake Discord did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _serve(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        app = web.Application()
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._rest)
+        self._runner = web.AppRunner(app, access_log=None)
+        loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        ready.set()
+        loop.run_forever()
+        loop.close()
+
+    async def _stop(self) -> None:
+        for session in self._sessions.values():
+            if session.ws is not None and not session.ws.closed:
+                await session.ws.close(code=1001)
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}{API_PREFIX}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    def _run(self, coro: Any) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
+
+    # -- world -----------------------------------------------------------------------
+
+    def add_user(self, user_id: str, name: str) -> str:
+        with self.state.cond:
+            self.state.users[user_id] = _user(user_id, name)
+            channel_id = f"{user_id}0"
+            self.state.channels[channel_id] = Channel(channel_id, 1, recipient_id=user_id, name="")
+        return channel_id
+
+    def dm_channel(self, user_id: str) -> str:
+        return f"{user_id}0"
+
+    def add_guild(self, guild_id: str, channel_ids: list[str], name: str = "guild") -> None:
+        with self.state.cond:
+            self.state.guilds[guild_id] = {"id": guild_id, "name": name}
+            for cid in channel_ids:
+                self.state.channels[cid] = Channel(cid, 0, guild_id=guild_id, name=f"chan-{cid}")
+
+    def add_thread(self, thread_id: str, parent_id: str) -> None:
+        with self.state.cond:
+            parent = self.state.channels[parent_id]
+            self.state.channels[thread_id] = Channel(thread_id, 11, guild_id=parent.guild_id, parent_id=parent_id)
+        self._dispatch_soon("THREAD_CREATE", lambda: {**self.state.channel_payload(self.state.channels[thread_id]), "newly_created": True})
+
+    # -- inbound events (what users do) ------------------------------------------------
+
+    def say(
+        self,
+        channel_id: str,
+        user_id: str,
+        content: str,
+        *,
+        mention_bot: bool = False,
+        reply_to: str | None = None,
+        message_id: str | None = None,
+    ) -> str:
+        """A user posts a message; dispatched as MESSAGE_CREATE. Returns its id."""
+        with self.state.cond:
+            msg = StoredMessage(message_id or snowflake(), channel_id, user_id, content, reference=reply_to)
+            self.state.messages[msg.id] = msg
+            self.state.order.append(msg.id)
+            payload = self.state.message_payload(msg)
+            if mention_bot:
+                payload["mentions"] = [self.state.user_payload(self.bot_id)]
+            if reply_to is not None and reply_to in self.state.messages:
+                replied = self.state.messages[reply_to]
+                payload["referenced_message"] = self.state.message_payload(replied)
+                if replied.author_id == self.bot_id:
+                    payload["mentions"] = [self.state.user_payload(self.bot_id)]
+            channel = self.state.channels[channel_id]
+            if channel.guild_id:
+                payload["member"] = {"roles": [], "joined_at": iso_now(), "deaf": False, "mute": False}
+        self.state.changed()
+        self._dispatch_soon("MESSAGE_CREATE", lambda: payload)
+        return msg.id
+
+    def redeliver(self, message_id: str) -> None:
+        """Dispatch a MESSAGE_CREATE again (a redelivered gateway event)."""
+        with self.state.cond:
+            payload = self.state.message_payload(self.state.messages[message_id])
+        self._dispatch_soon("MESSAGE_CREATE", lambda: payload)
+
+    def press(self, message_id: str, user_id: str, custom_id: str | None = None, *, label: str | None = None) -> str:
+        """A user presses a button (by custom_id or label); returns the interaction id."""
+        with self.state.cond:
+            message = self.state.messages[message_id]
+            if custom_id is None:
+                custom_id = message.custom_ids[label or ""]
+            interaction = self._new_interaction(message.channel_id, user_id, message_id)
+            payload = self._interaction_payload(interaction, 3, {"custom_id": custom_id, "component_type": 2})
+            payload["message"] = self.state.message_payload(message)
+        self._dispatch_soon("INTERACTION_CREATE", lambda: payload)
+        return interaction.id
+
+    def slash(self, channel_id: str, user_id: str, name: str, options: dict[str, str] | None = None) -> str:
+        """A user runs a slash command; returns the interaction id."""
+        with self.state.cond:
+            interaction = self._new_interaction(channel_id, user_id, None)
+            registered = next((c for c in self.state.commands if c["name"] == name), None)
+            data = {
+                "id": registered["id"] if registered else snowflake(),
+                "name": name,
+                "type": 1,
+                "options": [{"name": k, "type": 3, "value": v} for k, v in (options or {}).items()],
+            }
+            payload = self._interaction_payload(interaction, 2, data)
+        self._dispatch_soon("INTERACTION_CREATE", lambda: payload)
+        return interaction.id
+
+    def _new_interaction(self, channel_id: str, user_id: str, message_id: str | None) -> Interaction:
+        interaction = Interaction(snowflake(), f"tok-{snowflake()}", channel_id, user_id, time.monotonic(), message_id)
+        self.state.interactions[interaction.id] = interaction
+        return interaction
+
+    def _interaction_payload(self, interaction: Interaction, kind: int, data: dict[str, Any]) -> dict[str, Any]:
+        channel = self.state.channels[interaction.channel_id]
+        payload: dict[str, Any] = {
+            "id": interaction.id,
+            "application_id": self.application_id,
+            "type": kind,
+            "data": data,
+            "channel_id": channel.id,
+            "channel": self.state.channel_payload(channel),
+            "token": interaction.token,
+            "version": 1,
+            "locale": "en-US",
+            "app_permissions": "0",
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": channel.guild_id or "0"},
+            "context": 0 if channel.guild_id else 1,
+            "attachment_size_limit": 8 * 1024 * 1024,
+        }
+        user = self.state.user_payload(interaction.user_id)
+        if channel.guild_id:
+            payload["guild_id"] = channel.guild_id
+            payload["guild_locale"] = "en-US"
+            payload["member"] = {
+                "user": user, "roles": [], "joined_at": iso_now(), "deaf": False, "mute": False,
+                "permissions": "0", "flags": 0,
+            }
+        else:
+            payload["user"] = user
+        return payload
+
+    # -- faults ----------------------------------------------------------------------
+
+    def rate_limit_next(self, method: str, path_prefix: str, retry_after: float) -> None:
+        with self.state.cond:
+            self._rate_limits.append(_RateLimit(method, path_prefix, retry_after))
+
+    def drop_gateway(self) -> None:
+        """Close the live gateway connection abnormally (the client should RESUME)."""
+        self._run(self._drop())
+
+    async def _drop(self) -> None:
+        session = self._live
+        if session is not None and session.ws is not None:
+            ws, session.ws = session.ws, None
+            await ws.close(code=4000, message=b"dropped by the test")
+
+    # -- inspection ------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[Call]:
+        with self.state.cond:
+            return list(self.state.calls)
+
+    def bot_messages(self, channel_id: str, *, ephemeral: bool = False) -> list[StoredMessage]:
+        with self.state.cond:
+            return [
+                m for mid in self.state.order
+                if (m := self.state.messages[mid]).channel_id == channel_id
+                and m.author_id == self.bot_id and not m.deleted
+                and bool(m.flags & EPHEMERAL) == ephemeral
+            ]
+
+    def message(self, message_id: str) -> StoredMessage:
+        with self.state.cond:
+            return self.state.messages[message_id]
+
+    def interaction(self, interaction_id: str) -> Interaction:
+        with self.state.cond:
+            return self.state.interactions[interaction_id]
+
+    async def await_for(self, predicate: Callable[[], T], timeout: float = 10.0) -> T:
+        return await self.state.await_for(predicate, timeout)
+
+    @property
+    def connected(self) -> bool:
+        return self._live is not None and self._live.ws is not None and not self._live.ws.closed
+
+    # -- gateway ---------------------------------------------------------------------
+
+    def _dispatch_soon(self, event: str, payload: Callable[[], dict[str, Any]]) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._dispatch(event, payload())))  # type: ignore[union-attr]
+
+    async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
+        session = self._live
+        if session is None:
+            return
+        if event == "MESSAGE_CREATE":
+            data = self._visible(session, data)
+            if data is None:
+                return
+        session.seq += 1
+        frame = {"op": 0, "t": event, "s": session.seq, "d": data}
+        session.events.append(frame)
+        if session.ws is not None and not session.ws.closed:
+            await session.ws.send_str(json.dumps(frame))
+
+    def _visible(self, session: _Session, data: dict[str, Any]) -> dict[str, Any] | None:
+        in_guild = "guild_id" in data
+        needed = INTENT_GUILD_MESSAGES if in_guild else INTENT_DIRECT_MESSAGES
+        if not session.intents & needed:
+            return None
+        mentioned = any(u["id"] == self.bot_id for u in data.get("mentions", []))
+        if in_guild and not mentioned and data["author"]["id"] != self.bot_id and not session.intents & INTENT_MESSAGE_CONTENT:
+            data = {**data, "content": "", "embeds": [], "attachments": [], "components": []}
+        return data
+
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}}))
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                continue
+            frame = json.loads(msg.data)
+            op, d = frame.get("op"), frame.get("d")
+            if op == 1:
+                await ws.send_str(json.dumps({"op": 11}))
+            elif op == 2:
+                await self._identify(ws, d)
+            elif op == 6:
+                await self._resume(ws, d)
+        if ws.close_code is not None:
+            self.gateway_closes.append(ws.close_code)
+        return ws
+
+    async def _identify(self, ws: web.WebSocketResponse, d: dict[str, Any]) -> None:
+        self.identifies.append({k: v for k, v in d.items() if k != "token"})
+        if d.get("token") != self.token:
+            await ws.close(code=4004, message=b"Authentication failed.")
+            return
+        intents = int(d.get("intents", 0))
+        if intents & INTENT_MESSAGE_CONTENT and not self.message_content_enabled:
+            await ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
+        session = _Session(snowflake(), intents, ws=ws)
+        self._sessions[session.id] = session
+        self._live = session
+        with self.state.cond:
+            guilds = list(self.state.guilds)
+            ready = {
+                "v": 10,
+                "user": self.state.user_payload(self.bot_id),
+                "guilds": [{"id": g, "unavailable": True} for g in guilds],
+                "session_id": session.id,
+                "resume_gateway_url": self.gateway_url,
+                "private_channels": [],
+                "relationships": [],
+                "application": {"id": self.application_id, "flags": self._app_flags()},
+            }
+        await self._dispatch("READY", ready)
+        for guild_id in guilds:
+            await self._dispatch("GUILD_CREATE", self._guild_payload(guild_id))
+        self.state.changed()
+
+    async def _resume(self, ws: web.WebSocketResponse, d: dict[str, Any]) -> None:
+        self.resumes.append({k: v for k, v in d.items() if k != "token"})
+        session = self._sessions.get(d.get("session_id", ""))
+        if d.get("token") != self.token or session is None:
+            await ws.send_str(json.dumps({"op": 9, "d": False}))
+            return
+        session.ws = ws
+        self._live = session
+        for frame in session.events:
+            if frame["s"] > int(d.get("seq") or 0):
+                await ws.send_str(json.dumps(frame))
+        await self._dispatch("RESUMED", {})
+        self.state.changed()
+
+    def _app_flags(self) -> int:
+        return FLAG_MESSAGE_CONTENT if self.message_content_enabled else 0
+
+    def _guild_payload(self, guild_id: str) -> dict[str, Any]:
+        with self.state.cond:
+            chans = [c for c in self.state.channels.values() if c.guild_id == guild_id]
+            return {
+                "id": guild_id,
+                "name": self.state.guilds[guild_id]["name"],
+                "unavailable": False,
+                "owner_id": self.bot_id,
+                "member_count": 2,
+                "large": False,
+                "features": [],
+                "emojis": [],
+                "stickers": [],
+                "roles": [{
+                    "id": guild_id, "name": "@everyone", "permissions": str((1 << 41) - 1), "position": 0,
+                    "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0,
+                }],
+                "channels": [self.state.channel_payload(c) for c in chans if c.type != 11],
+                "threads": [self.state.channel_payload(c) for c in chans if c.type == 11],
+                "members": [{
+                    "user": self.state.user_payload(self.bot_id), "roles": [], "joined_at": iso_now(),
+                    "deaf": False, "mute": False, "flags": 0,
+                }],
+                "voice_states": [],
+                "presences": [],
+                "stage_instances": [],
+                "guild_scheduled_events": [],
+                "soundboard_sounds": [],
+                "joined_at": iso_now(),
+                "verification_level": 0,
+                "default_message_notifications": 0,
+                "explicit_content_filter": 0,
+                "mfa_level": 0,
+                "nsfw_level": 0,
+                "premium_tier": 0,
+                "preferred_locale": "en-US",
+                "system_channel_flags": 0,
+            }
+
+    # -- REST ------------------------------------------------------------------------
+
+    async def _rest(self, request: web.Request) -> web.StreamResponse:
+        path = "/" + request.match_info["tail"]
+        body = await _body(request)
+        open_route = path.startswith(("/interactions/", "/webhooks/"))
+        authorized = request.headers.get("Authorization") == f"Bot {self.token}"
+        status, headers, payload = 200, {}, None
+        try:
+            if not open_route and not authorized:
+                raise DiscordError(401, 0, "401: Unauthorized")
+            limit = self._take_rate_limit(request.method, path)
+            if limit is not None:
+                status = 429
+                headers = {
+                    "Retry-After": str(max(1, int(limit.retry_after + 0.999))),
+                    "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
+                    "X-RateLimit-Reset-After": f"{limit.retry_after:.3f}",
+                    "X-RateLimit-Bucket": "fake-bucket", "X-RateLimit-Scope": "user",
+                }
+                payload = {"message": "You are being rate limited.", "retry_after": limit.retry_after, "global": False}
+            else:
+                with self.state.cond:
+                    payload = self._route(request.method, path, body, request.query)
+                if payload is None:
+                    status = 204
+        except DiscordError as exc:
+            status = exc.status
+            payload = {"message": str(exc), "code": exc.code}
+            if exc.errors:
+                payload["errors"] = exc.errors
+        with self.state.cond:
+            self.state.calls.append(Call(request.method, path, body, status, time.monotonic(), authorized))
+        self.state.changed()
+        if status == 204:
+            return web.Response(status=204, headers=headers)
+        # Exactly "application/json", as Discord sends it (discord.py compares the header).
+        return web.Response(
+            body=json.dumps(payload).encode(), status=status,
+            headers={**headers, "Content-Type": "application/json"},
+        )
+
+    def _take_rate_limit(self, method: str, path: str) -> _RateLimit | None:
+        with self.state.cond:
+            for limit in self._rate_limits:
+                if limit.method == method and path.startswith(limit.path_prefix):
+                    self._rate_limits.remove(limit)
+                    return limit
+        return None
+
+    def _route(self, method: str, path: str, body: dict[str, Any], query: Any) -> Any:  # noqa: C901, PLR0911
+        parts = path.strip("/").split("/")
+        s = self.state
+        match method, parts:
+            case "GET", ["users", "@me"]:
+                return s.user_payload(self.bot_id)
+            case "GET", ["oauth2", "applications", "@me"]:
+                return self._app_info()
+            case "GET", ["gateway", "bot"]:
+                return {"url": self.gateway_url, "shards": 1,
+                        "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}}
+            case "GET", ["gateway"]:
+                return {"url": self.gateway_url}
+            case "PUT", ["applications", _, "commands"] | ["applications", _, "guilds", _, "commands"]:
+                s.commands = [
+                    {**c, "id": snowflake(), "application_id": self.application_id, "version": snowflake()}
+                    for c in body.get("_list", [])
+                ]
+                return s.commands
+            case "POST", ["users", "@me", "channels"]:
+                recipient = str(body.get("recipient_id"))
+                if recipient not in s.users or recipient == self.bot_id:
+                    raise DiscordError(400, 10013, "Unknown User")
+                return s.channel_payload(s.channels[self.dm_channel(recipient)])
+            case "GET", ["channels", cid]:
+                return s.channel_payload(self._channel(cid))
+            case "POST", ["channels", cid, "typing"]:
+                self._channel(cid)
+                return None
+            case "POST", ["channels", cid, "messages"]:
+                self._channel(cid)
+                return s.message_payload(self._create(cid, body))
+            case "GET", ["channels", cid, "messages"]:
+                limit = int(query.get("limit", 50))
+                mine = [s.messages[m] for m in s.order if s.messages[m].channel_id == cid and not s.messages[m].deleted]
+                return [s.message_payload(m) for m in reversed(mine[-limit:])]
+            case "GET", ["channels", cid, "messages", mid]:
+                return s.message_payload(self._message(cid, mid))
+            case "PATCH", ["channels", cid, "messages", mid]:
+                message = self._message(cid, mid)
+                if message.author_id != self.bot_id:
+                    raise DiscordError(403, 50005, "Cannot edit a message authored by another user")
+                return s.message_payload(self._edit(message, body))
+            case "DELETE", ["channels", cid, "messages", mid]:
+                self._message(cid, mid).deleted = True
+                return None
+            case "POST", ["interactions", iid, token, "callback"]:
+                return self._callback(iid, token, body)
+            case "PATCH", ["webhooks", _, token, "messages", "@original"]:
+                return self._edit_original(token, body)
+            case "POST", ["webhooks", _, token]:
+                return self._followup(token, body)
+        raise DiscordError(404, 0, f"404: Not Found ({method} {path})")
+
+    def _app_info(self) -> dict[str, Any]:
+        return {
+            "id": self.application_id, "name": "roost", "description": "", "icon": None,
+            "bot_public": False, "bot_require_code_grant": False,
+            "owner": self.state.user_payload(self.bot_id), "verify_key": "00", "flags": self._app_flags(),
+            "summary": "", "team": None, "interactions_endpoint_url": None,
+        }
+
+    def _channel(self, cid: str) -> Channel:
+        channel = self.state.channels.get(cid)
+        if channel is None:
+            raise DiscordError(404, 10003, "Unknown Channel")
+        return channel
+
+    def _message(self, cid: str, mid: str) -> StoredMessage:
+        message = self.state.messages.get(mid)
+        if message is None or message.channel_id != cid or message.deleted:
+            raise DiscordError(404, 10008, "Unknown Message")
+        return message
+
+    def _validate(self, body: dict[str, Any]) -> None:
+        content = body.get("content")
+        if content is not None and len(content) > MAX_CONTENT:
+            raise _form_error("content", f"Must be {MAX_CONTENT} or fewer in length.")
+        rows = body.get("components") or []
+        if len(rows) > 5:
+            raise _form_error("components", "Must be 5 or fewer in length.")
+        for n, row in enumerate(rows):
+            buttons = row.get("components", [])
+            if len(buttons) > 5:
+                raise _form_error(f"components.{n}.components", "Must be 5 or fewer in length.")
+            for b in buttons:
+                if len(b.get("custom_id", "")) > 100:
+                    raise _form_error(f"components.{n}.custom_id", "Must be 100 or fewer in length.")
+                if len(b.get("label", "")) > 80:
+                    raise _form_error(f"components.{n}.label", "Must be 80 or fewer in length.")
+
+    def _create(self, cid: str, body: dict[str, Any], flags: int = 0) -> StoredMessage:
+        self._validate(body)
+        files = body.get("_files", [])
+        if not body.get("content") and not body.get("components") and not files and not body.get("embeds"):
+            raise DiscordError(400, 50006, "Cannot send an empty message")
+        nonce = body.get("nonce")
+        if nonce and body.get("enforce_nonce"):  # Discord answers a repeated nonce with the first message
+            same = next((m for m in self.state.messages.values() if m.channel_id == cid and m.nonce == str(nonce)), None)
+            if same is not None:
+                return same
+        ref = (body.get("message_reference") or {}).get("message_id")
+        message = StoredMessage(
+            snowflake(), cid, self.bot_id, body.get("content") or "",
+            components=body.get("components") or [],
+            attachments=[{"id": snowflake(), "filename": f["filename"], "size": len(f["data"]),
+                          "url": "http://127.0.0.1/x", "proxy_url": "http://127.0.0.1/x", "data": f["data"]}
+                         for f in files],
+            allowed_mentions=body.get("allowed_mentions"),
+            flags=flags | int(body.get("flags") or 0),
+            reference=str(ref) if ref else None,
+            nonce=str(nonce) if nonce else None,
+        )
+        self.state.messages[message.id] = message
+        self.state.order.append(message.id)
+        return message
+
+    def _edit(self, message: StoredMessage, body: dict[str, Any]) -> StoredMessage:
+        self._validate(body)
+        if "content" in body:
+            message.content = body["content"] or ""
+        if "components" in body:
+            message.components = body["components"] or []
+        message.allowed_mentions = body.get("allowed_mentions", message.allowed_mentions)
+        message.edits += 1
+        return message
+
+    def _interaction_by_token(self, token: str) -> Interaction:
+        found = next((i for i in self.state.interactions.values() if i.token == token), None)
+        if found is None:
+            raise DiscordError(404, 10015, "Unknown Webhook")
+        return found
+
+    def _callback(self, iid: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
+        interaction = self.state.interactions.get(iid)
+        if interaction is None or interaction.token != token:
+            raise DiscordError(404, 10062, "Unknown interaction")
+        if time.monotonic() - interaction.created > self.interaction_deadline_s:
+            interaction.rejected.append(10062)
+            raise DiscordError(404, 10062, "Unknown interaction")
+        if interaction.acknowledged:
+            interaction.rejected.append(40060)
+            raise DiscordError(400, 40060, "Interaction has already been acknowledged.")
+        kind, data = int(body["type"]), body.get("data") or {}
+        result: dict[str, Any] = {"interaction": {
+            "id": iid, "type": 3 if interaction.message_id else 2,
+            "response_message_loading": kind == 5,
+            "response_message_ephemeral": bool(int(data.get("flags") or 0) & EPHEMERAL),
+        }}
+        message: StoredMessage | None = None
+        if kind == 4:
+            message = self._create(interaction.channel_id, data)
+            interaction.followups.append({"content": message.content, "flags": message.flags, "id": message.id})
+        elif kind == 7 and interaction.message_id:
+            message = self._edit(self.state.messages[interaction.message_id], data)
+        interaction.responses.append({"type": kind, "data": data})
+        if message is not None:
+            result["interaction"]["response_message_id"] = message.id
+            result["resource"] = {"type": kind, "message": self.state.message_payload(message)}
+        return result
+
+    def _edit_original(self, token: str, body: dict[str, Any]) -> dict[str, Any]:
+        interaction = self._interaction_by_token(token)
+        if not interaction.acknowledged:
+            raise DiscordError(404, 10008, "Unknown Message")
+        if interaction.message_id is not None and interaction.responses[0]["type"] in (6, 7):
+            return self.state.message_payload(self._edit(self.state.messages[interaction.message_id], body))
+        return self._followup(token, body)
+
+    def _followup(self, token: str, body: dict[str, Any]) -> dict[str, Any]:
+        interaction = self._interaction_by_token(token)
+        if not interaction.acknowledged:
+            raise DiscordError(404, 10015, "Unknown Webhook")
+        message = self._create(interaction.channel_id, body)
+        interaction.followups.append({"content": message.content, "flags": message.flags, "id": message.id})
+        return self.state.message_payload(message)
+
+
+def _user(user_id: str, name: str, *, bot: bool = False) -> dict[str, Any]:
+    return {
+        "id": user_id, "username": name, "global_name": name.title(), "discriminator": "0",
+        "avatar": None, "bot": bot, "public_flags": 0,
+    }
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    """JSON body, or a multipart form's payload_json plus its files (`_files`)."""
+    if request.content_type == "application/json":
+        data = await request.json()
+        return data if isinstance(data, dict) else {"_list": data}
+    if request.content_type.startswith("multipart/"):
+        out: dict[str, Any] = {"_files": []}
+        reader = await request.multipart()
+        async for part in reader:
+            raw = await part.read()  # type: ignore[union-attr]
+            if part.name == "payload_json":  # type: ignore[union-attr]
+                out.update(json.loads(raw))
+            else:
+                out["_files"].append({"filename": part.filename, "data": raw.decode(errors="replace")})  # type: ignore[union-attr]
+        return out
+    return {}
