@@ -15,6 +15,7 @@ from bot.storage.delivery import DeliveryRepository
 from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
 from bot.storage.inbox import InboxRepository
+from bot.storage.jobs import JobRepository
 from bot.storage.migrate import upgrade
 from bot.storage.runs import RunRepository
 from bot.storage.sessions import SessionRepository
@@ -31,6 +32,7 @@ class Storage(
     AuditRepository,
     UsageRepository,
     InboxRepository,
+    JobRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.
 
