@@ -15,6 +15,7 @@ from adapters.base import Adapter
 from adapters.console import IDENTITY as CONSOLE_IDENTITY
 from agent_core.approvals import ApprovalGate
 from agent_core.builtin_tools import default_tools
+from agent_core.builtin_tools.schedule_tool import make_schedule_tool
 from agent_core.llm import FallbackLLM, LLMClient, LLMRequest, StreamItem
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
 from agent_core.ports import ApprovalRecord
@@ -28,6 +29,9 @@ from bot.logs import RedactSecrets
 from bot.ratelimits import RateLimiter
 from bot.roles import AccessManager
 from bot.router import Router
+from bot.scheduling.book import JobBook
+from bot.scheduling.runs import JobRuns
+from bot.scheduling.scheduler import Scheduler
 from bot.settings import Settings, config_path
 from bot.storage import Storage
 from workspace.bootstrap import ensure_workspace
@@ -50,6 +54,7 @@ class Roost:
     """Approvals the previous process left pending; their cards are closed once adapters run."""
     live: LiveConfig | None = None
     """roost.toml's [policy] and [limits] as they are now (hot-reloaded)."""
+    scheduler: Scheduler | None = None
 
     def load_model_client(self) -> None:
         """Start loading the SDK in the background (call once adapters are connected)."""
@@ -136,6 +141,11 @@ async def build(
             exec_max_timeout_s=settings.agent.exec_max_timeout_s,
             exec_sandbox=exec_sandbox(settings),  # commands never see Roost's own files
         ))
+        scheduler = Scheduler(
+            storage, timezone=settings.tz_name, owners=settings.owners, workspace=root,
+            heartbeat_settings=settings.heartbeat,
+        )
+        registry.register(make_schedule_tool(JobBook(scheduler)))
         gate = ApprovalGate(
             storage, approvers=[*settings.owners, *settings.approvers, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s,
             audit=storage,
@@ -206,4 +216,13 @@ async def build(
             ),
         )
         stack.push_async_callback(conversations.aclose)
-        yield Roost(settings, storage, conversations, agent, gate, memory, lazy, expired_at_start, live)
+        # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
+        scheduler.attach(conversations)
+        conversations.jobs = JobRuns(storage, scheduler)
+        stack.push_async_callback(conversations.jobs.aclose)
+        if recover:  # a terminal beside `roost run` never fires jobs
+            await scheduler.start()
+            stack.push_async_callback(scheduler.aclose)
+        yield Roost(
+            settings, storage, conversations, agent, gate, memory, lazy, expired_at_start, live, scheduler=scheduler
+        )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapters.base import Adapter, Delivery
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
@@ -28,10 +28,14 @@ from bot.lanes import LaneFull, Lanes, LanesClosed
 from bot.ratelimits import RateLimiter
 from bot.roles import AccessManager, IsAdmin
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
+from bot.scheduling.refs import JobRef, job_ref
 from bot.session_keys import scope_of
 from bot.storage import Storage
 from bot.storage.inbox import InboxMessage, InboxRow
 from workspace.daily_log import append_run_entry
+
+if TYPE_CHECKING:
+    from bot.scheduling.runs import JobRuns
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,8 @@ class Pending:
     route: Accept
     inbox_id: int | None = None
     """Its row in the inbox (None only for items built outside `receive`)."""
+    job: JobRef | None = None
+    """Set when this is a scheduled job's due run (bot.scheduling)."""
 
 
 def cleaned(inbound: Inbound) -> Inbound:
@@ -140,6 +146,8 @@ class Conversations:
         """Cleared while a start-up backlog waits: new messages queue behind it."""
         self._replayed.set()
         self._closing = False
+        self.jobs: JobRuns | None = None
+        """Scheduled jobs' run hooks (set by bot.app)."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
@@ -272,15 +280,38 @@ class Conversations:
                     continue
                 key = row.session_key
                 route = Accept(key, scope_of(key), self.router.is_owner(inbound))
-                if not await self._submit(Pending(inbound, route, row.id), acknowledge=False):
+                pending = Pending(inbound, route, row.id, job_ref(row.message.update_id))
+                if not await self._submit(pending, acknowledge=False):
                     await self.storage.discard_inbound(row.id)
         finally:
             self._replayed.set()
+            if self.jobs is not None:  # due jobs fire once the backlog is handed on
+                self.jobs.scheduler.adapters_ready()
         if backlog:
             log.info("inbox.replayed", extra={"messages": len(backlog)})
         return len(backlog)
 
     # --- runs -----------------------------------------------------------------------
+    async def run_job(self, inbound: Inbound, session_key: str, inbox_id: int, job: JobRef) -> str | None:
+        """A scheduled job is due: its stored inbox row goes to the session's lane like a
+        message (rate limits and the token budget apply; a sub scope's budget even for the
+        owner's jobs). None when queued, else why not (the row is dropped)."""
+        route = Accept(session_key, scope_of(session_key), self.router.is_owner(inbound))
+        if self.limiter is not None:
+            exempt = route.is_owner and route.scope is Scope.MAIN
+            if await self.limiter.check(inbound, session_key, is_owner=exempt) is not None:
+                await self.storage.discard_inbound(inbox_id)
+                return "rate-limited"
+        await self.storage.ensure_session(session_key, route.scope.value, inbound.platform, inbound.chat_id)
+        try:
+            self.lanes.submit(session_key, Pending(inbound, route, inbox_id, job))
+        except LanesClosed:
+            return None  # stays queued in the inbox: the next start runs it
+        except LaneFull:
+            await self.storage.discard_inbound(inbox_id)
+            return "lane-full"
+        return None
+
     async def _accept(self, inbound: Inbound, route: Accept, inbox_id: int) -> bool:
         """Queue an accepted message for its session's run; False if refused (the sender is
         told why)."""
@@ -314,6 +345,14 @@ class Conversations:
         return True
 
     async def _run_batch(self, key: str, items: list[Pending]) -> None:
+        if len(items) > 1 and any(p.job is not None for p in items):
+            # A job runs alone; what queued with it goes back to the lane, in order.
+            first = items[0]
+            now = [first] if first.job is not None else [p for p in items if p.job is None]
+            for later in (p for p in items if p not in now):
+                with contextlib.suppress(LaneFull):  # shutting down: it stays in the inbox
+                    self.lanes.submit(key, later)
+            items = now
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
@@ -330,7 +369,9 @@ class Conversations:
         # Taken before the run appends the user message: after a crash, a row whose run stored
         # that message counts as answered, any other goes back to the queue.
         await self.storage.take_inbound(_inbox_ids(items), request.run_id)
-        sink = adapter.open_reply(target)
+        sink: Any = adapter.open_reply(target) if last.job is None or self.jobs is None else (
+            await self.jobs.sink(last.job, lambda: adapter.open_reply(target))
+        )
         self.run_starters[key] = frozenset(p.inbound.identity for p in items)
         outcome: RunFinished | RunFailed | None = None
         cancelled = False
@@ -347,6 +388,10 @@ class Conversations:
         finally:
             self.run_starters.pop(key, None)
             await asyncio.shield(self._finish(sink, key, items, outcome, cancelled))
+            if last.job is not None and self.jobs is not None and not (cancelled and self._closing):
+                await asyncio.shield(
+                    self.jobs.finished(last.job, sink, request.run_id, outcome, cancelled, adapter, target)
+                )
 
     async def _finish(
         self, sink: Any, key: str, items: list[Pending], outcome: RunFinished | RunFailed | None, cancelled: bool
