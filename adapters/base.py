@@ -27,6 +27,15 @@ class Button:
 
 
 @dataclass(frozen=True, slots=True)
+class ButtonAnswer:
+    """What a press of a `Button` did: `text` for the presser; `done` False when nothing
+    changed (shown as an alert, the message left as it is)."""
+
+    text: str
+    done: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """Which platform message carries which part of a run's answer (exactly-once replies)."""
 
@@ -64,6 +73,10 @@ class InboundHandler(Protocol):
 
     async def approve_pairing(self, platform: str, code: str, identity: str) -> str:
         """The owner pressed a pairing button; returns the text to show them."""
+        ...
+
+    async def press_button(self, platform: str, action: str, identity: str) -> ButtonAnswer:
+        """A person pressed a standalone message's `Button` (e.g. a job's "job:run:<id>")."""
         ...
 
     async def record_delivery(self, delivery: Delivery) -> None:

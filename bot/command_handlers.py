@@ -14,6 +14,7 @@ from bot.cli_grants import chat_command as grants_chat_command
 from bot.commands import HELP, Command, estimate_cost
 from bot.roles import AccessManager, GroupCommandPolicy, parse_target
 from bot.router import Accept
+from bot.scheduling.chat import jobs_command
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations
@@ -106,6 +107,9 @@ class CommandHandlers:
         if refusal is not None:
             return refusal
         return await grants_chat_command(self._c.storage, command.args, inbound.identity)
+
+    async def _cmd_jobs(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        return await jobs_command(self._c, inbound, route)
 
     async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
         who = "This is your private main session." if route.is_owner else "This is an isolated session."

@@ -11,6 +11,7 @@ COMMANDS: dict[str, str] = {
     "stop": "cancel the answer I'm working on",
     "status": "model, session, turns, tokens, cost and context size",
     "model": "show or switch the model: /model <name>",
+    "jobs": "scheduled jobs here: next and last run, Run now / Pause / Cancel",
 }
 GROUP_COMMANDS: dict[str, str] = {
     "allow": "owner only: let me answer in this group",

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Adapter, Delivery
+from adapters.base import Adapter, ButtonAnswer, Delivery
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished
 from agent_core.inbound import Inbound, ReplyTarget
@@ -28,6 +28,7 @@ from bot.lanes import LaneFull, Lanes, LanesClosed
 from bot.ratelimits import RateLimiter
 from bot.roles import AccessManager, IsAdmin
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
+from bot.scheduling import chat as job_buttons
 from bot.scheduling.refs import JobRef, job_ref
 from bot.session_keys import scope_of
 from bot.storage import Storage
@@ -211,6 +212,9 @@ class Conversations:
 
     async def approve_pairing(self, platform: str, code: str, identity: str) -> str:
         return await self.commands.approve_pairing(platform, code, identity)
+
+    async def press_button(self, platform: str, action: str, identity: str) -> ButtonAnswer:
+        return await job_buttons.press(self, action, identity)
 
     async def record_delivery(self, delivery: Delivery) -> None:
         await self.storage.record_delivery(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from bot.scheduling.scheduler import Scheduler
 
@@ -27,3 +28,16 @@ async def tick(scheduler: Scheduler, timeout: float = 10.0) -> None:
         seen = scheduler.ticks
         scheduler.wake()
         await asyncio.wait_for(scheduler.ticked.wait_for(lambda: scheduler.ticks > seen), timeout)
+
+
+async def make_job(h: Any, clock: FakeClock, chat: int, ack: str, **args: object) -> Any:
+    """The owner asks; the fake model calls `schedule`; returns the job row."""
+    from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+
+    h.app.scheduler.clock = clock
+    before = {j.id for j in await h.app.storage.list_jobs(include_ended=True)}
+    h.llm.script(reply_tools(ToolUse("schedule", {"action": "create", **args})), reply_text(ack))
+    h.tg.send_private(chat, "schedule it")
+    await h.says(chat, ack)
+    (job,) = [j for j in await h.app.storage.list_jobs(include_ended=True) if j.id not in before]
+    return job

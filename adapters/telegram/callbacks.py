@@ -9,6 +9,8 @@ Contract: every callback query is answered exactly once (a redelivered query is 
   UNKNOWN → alert, and the buttons are removed (they can never work).
 - `pair:<code>` → `InboundHandler.approve_pairing("telegram", code, identity)`; the message
   that carried the button is edited to show the result, its button removed.
+- `job:<op>:<id>` → `InboundHandler.press_button(...)`: done → the message shows the result
+  and loses its buttons; refused → an alert, nothing changes.
 - anything else (forged, or a button from before a restart) → a polite "no longer active".
 """
 
@@ -35,6 +37,7 @@ from agent_core.ports import ApprovalRecord
 log = logging.getLogger(__name__)
 
 PAIR_PREFIX = "pair:"
+JOB_PREFIX = "job:"
 NOT_YOURS = "This approval isn't yours."
 STALE = "This button is no longer active."
 FAILED = "Something went wrong; please try again."
@@ -85,6 +88,8 @@ class CallbackHandler:
             return await self._approval(query, press, identity)
         if action.startswith(PAIR_PREFIX):
             return await self._pairing(query, action[len(PAIR_PREFIX) :], identity)
+        if action.startswith(JOB_PREFIX):
+            return await self._button(query, action, identity)
         log.info("telegram.callback_unknown data=%r", action[:64])
         return Answer(STALE)
 
@@ -117,6 +122,14 @@ class CallbackHandler:
         if isinstance(message, Message) and message.text:
             await self._edit(query, Payload(f"{message.text}\n\n{result}"))
         return Answer(result[:_ANSWER_LIMIT])
+
+    async def _button(self, query: CallbackQuery, action: str, identity: str) -> Answer:
+        """A generic button (scheduled jobs): the handler decides; a refusal changes nothing."""
+        result = await self._handler.press_button("telegram", action, identity)
+        message = query.message
+        if result.done and isinstance(message, Message) and message.text:
+            await self._edit(query, Payload(f"{message.text}\n\n{result.text}"))
+        return Answer(result.text[:_ANSWER_LIMIT], alert=not result.done)
 
     async def _show_record(self, query: CallbackQuery, record: ApprovalRecord) -> None:
         """Edit an orphaned card (no run renders it) to show its row's state, no buttons."""
