@@ -95,6 +95,7 @@ class _Op:
     pace: Pace
     seq: int
     on_drop: Callable[[], None] | None
+    paced: bool = True
 
 
 class Outbox:
@@ -184,11 +185,14 @@ class Outbox:
         interval: float = 1.0,
         pace: Pace | None = None,
         on_drop: Callable[[], None] | None = None,
+        paced: bool = True,
     ) -> None:
         """Queue `action` under `key`. If `key` is already pending, the newer action and the
         higher priority win and the op keeps its place. If `key` is in flight, the new op
         runs after it (a chat has one op in flight at a time). `pace` (default: `interval`
-        with no burst) should be the same for every op of a chat. `on_drop` runs if the
+        with no burst) should be the same for every op of a chat. `paced=False` declares
+        that the action will make no request (e.g. it only records that a message already
+        shows its final text): it runs as soon as its chat is free. `on_drop` runs if the
         outbox closes before the op ran or while it was running."""
         self._ensure_worker()
         pace = pace if pace is not None else Pace(interval)
@@ -198,8 +202,9 @@ class Outbox:
             existing.priority = min(existing.priority, priority)
             existing.pace = pace
             existing.on_drop = on_drop
+            existing.paced = paced
         else:
-            self._pending[key] = _Op(chat, key, priority, action, pace, next(self._seq), on_drop)
+            self._pending[key] = _Op(chat, key, priority, action, pace, next(self._seq), on_drop, paced)
         self._idle.clear()
         self._wakeup.set()
 
@@ -234,6 +239,8 @@ class Outbox:
     # -- dispatcher and op tasks -------------------------------------------------------
 
     def _ready_at(self, op: _Op, now: float) -> float:
+        if not op.paced:
+            return now
         at = max(self._retry_at, self._key_next_at.get(op.key, float("-inf")))
         bucket = self._buckets.get(op.chat)
         if bucket is not None:

@@ -3,7 +3,8 @@
 Contract of `StreamRenderer` (one per run):
 - typing indicator every `typing_every_s` until the first message exists;
 - the first message once `first_send_chars` characters exist, or `first_send_after_s`
-  after the first content (text or a tool starting);
+  after the first content (text or a tool starting), or when a model turn with text ends
+  (its text is complete: no reason to wait for the run's bookkeeping);
 - then the same message grows by edits, paced per chat by the shared `Outbox`; each request
   carries the newest text (intermediate texts are skipped), one request in flight, and an
   edit is only made when the content differs from what was delivered (no "not modified");
@@ -214,6 +215,9 @@ class StreamRenderer:
                         self._content_arrived()
             case TurnEnded():
                 layout.turn_ended()
+                if not self._gate_open and layout.source.strip():
+                    self._gate_open = True
+                    self._schedule()
                 return
             case RunFinished(text=text, stop_reason=reason):
                 layout.reconcile(text)
@@ -276,6 +280,8 @@ class StreamRenderer:
                 part.state = "failed"
                 self._progress.set()
 
+        # A message that already shows its final text needs no request, only the record.
+        settled = part.message_id is not None and part.lost is None and part.final == part.delivered
         self._outbox.submit(
             self._t.chat_key,
             self._key(part),
@@ -283,6 +289,7 @@ class StreamRenderer:
             priority=priority,
             pace=self._pace,
             on_drop=dropped,
+            paced=not settled,
         )
 
     # -- delivery (runs in the outbox worker) ----------------------------------------

@@ -508,3 +508,20 @@ async def test_lost_edit_answer_is_simply_edited_again(chat: Chat) -> None:
     await chat.finish(r, ANSWER[:1500])
     assert chat.t.texts() == [render_markdown(ANSWER[:1500]).text]
     assert len(chat.t.of("send")) == 1
+
+
+async def test_a_finished_turn_shows_its_text_at_once_and_the_reply_closes_without_waiting(chat: Chat) -> None:
+    """A short instant answer goes out when its model turn ends (not after the run's
+    bookkeeping), and closing the reply then waits for no pace: it needs no request."""
+    r = chat.renderer()
+    await r.feed(TextDelta("Short."))
+    await r.feed(TurnEnded(1))
+    await chat.clock.settle()
+    assert [(c.at, c.text) for c in chat.t.of("send")] == [(0.0, "Short.")]
+    await chat.clock.advance(0.3)  # the run's bookkeeping
+    await r.feed(RunFinished("run", "end_turn", 1, Usage(), "Short."))
+    result = await chat.clock.run(r.finish())
+    await r.aclose()
+    assert result.ok and chat.clock.now == 0.3  # not held until the message's next edit slot
+    assert chat.deliveries[-1][3] is True  # recorded as final
+    assert len(chat.t.calls) == len(chat.t.of("send")) + len(chat.t.of("typing"))
