@@ -163,7 +163,7 @@ async def build(
         )
 
         def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202
-            return build_context(root, session_key, scope, now)
+            return build_context(root, session_key, scope, now, live.policy.roots_for(scope, session_key))
 
         def tool_context(request: RunRequest) -> ToolContext:
             return ToolContext(

@@ -28,7 +28,6 @@ name a tool of another version. Everything else that is wrong is an error naming
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Literal
 
@@ -36,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agent_core.policy import GroupRules, Policy, Rules
 from agent_core.risk import Risk, Verdict
+from workspace.access import check_extra_root
 
 VerdictName = Literal["allow", "ask", "deny"]
 
@@ -116,13 +116,8 @@ class GroupPolicy(_Rules):
     @field_validator("roots")
     @classmethod
     def _relative_roots(cls, roots: list[str]) -> list[str]:
-        cleaned = []
-        for root in roots:
-            path = PurePosixPath(root.replace("\\", "/"))
-            if not root.strip() or path.is_absolute() or ".." in path.parts or str(path) == ".":
-                raise ValueError(f"{root!r} must be a folder inside the workspace, like 'shared/work'")
-            cleaned.append(str(path))
-        return cleaned
+        # The same rule the file tools apply, so a root they would ignore is refused at load.
+        return [str(check_extra_root(root)) for root in roots]
 
 
 class PolicySettings(BaseModel):
