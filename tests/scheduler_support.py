@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from pathlib import Path
+
+from bot.app import build
 from bot.scheduling.scheduler import Scheduler
+from tests.telegram_harness import FAST_INTERVAL_S, Harness, adapter_for, telegram_settings
 
 
 @dataclass
@@ -41,3 +47,27 @@ async def make_job(h: Any, clock: FakeClock, chat: int, ack: str, **args: object
     await h.says(chat, ack)
     (job,) = [j for j in await h.app.storage.list_jobs(include_ended=True) if j.id not in before]
     return job
+
+
+@contextlib.asynccontextmanager
+async def running_at(
+    tmp_path: Path, tg: Any, llm: Any, clock: FakeClock, **overrides: Any
+) -> AsyncIterator[Harness]:
+    """`tests.telegram_harness.running` (unpaced) with the scheduler on `clock` from its very
+    first tick — a restart test must not let the real clock decide what was missed."""
+    settings = telegram_settings(tmp_path, tg, llm, **overrides)
+    adapter = adapter_for(settings, private_interval_s=FAST_INTERVAL_S, group_interval_s=FAST_INTERVAL_S)
+    async with build(settings, [adapter]) as app:
+        assert app.scheduler is not None
+        app.scheduler.clock = clock
+        await app.conversations.load_inbox()
+        await adapter.start(app.conversations)
+        try:
+            await app.conversations.recover_deliveries()
+            await app.conversations.replay_inbox()
+            yield Harness(app, adapter, tg, llm)
+        finally:
+            try:
+                await app.conversations.aclose()
+            finally:
+                await adapter.aclose()

@@ -59,6 +59,7 @@ class JobBook:
                 timezone=schedule.timezone,
                 grace_s=int(schedule.grace(now).total_seconds()),
                 next_run_at=first,
+                created_at=now,
             )
         )
         self.scheduler.wake()

@@ -38,6 +38,8 @@ class NewJob:
     timezone: str
     grace_s: int
     next_run_at: datetime | None
+    created_at: datetime
+    """The scheduler's clock at creation: an interval job's anchor."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,7 @@ class JobRepository(RepositoryBase):
                 id=job.id, name=job.name[:255], prompt=job.prompt, session_key=job.session_key,
                 platform=job.platform, chat_kind=job.chat_kind, chat_id=job.chat_id, thread_id=job.thread_id,
                 creator=job.creator, kind=job.kind, spec=job.spec, timezone=job.timezone, grace_s=job.grace_s,
-                state="active", next_run_at=job.next_run_at, created_at=now, updated_at=now,
+                state="active", next_run_at=job.next_run_at, created_at=job.created_at, updated_at=now,
             )
             s.add(row)
             await s.flush()
