@@ -23,6 +23,8 @@ class Check:
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [_config(settings), _workspace(settings), await _database(settings), _model(settings)]
     checks += [_owners(settings), _telegram(settings), _discord(settings)]
+    if settings.telegram_bot_token is not None:
+        checks.append(await _telegram_privacy(settings))
     checks.append(await _exec_sandbox(settings))
     checks.append(_policy(settings))
     return checks
@@ -92,6 +94,27 @@ def _telegram(settings: Settings) -> Check:
     tg = settings.telegram
     groups = ", ".join(tg.allowed_groups) or "none (owner can /allow a group)"
     return Check("telegram", "ok", f"token set, {tg.mode} mode, groups: {groups}")
+
+
+async def _telegram_privacy(settings: Settings) -> Check:
+    """Asks Telegram (getMe) whether the bot reads all group messages."""
+    from adapters.errors import DeliveryError
+    from adapters.telegram.bot_info import bot_info
+
+    assert settings.telegram_bot_token is not None
+    try:
+        info = await bot_info(settings.telegram_bot_token.get_secret_value(), settings.telegram.base_url)
+    except DeliveryError as exc:
+        return Check("telegram privacy", "warn", f"could not ask Telegram (getMe): {exc}",
+                     "check TELEGRAM_BOT_TOKEN and the network")
+    if info.can_read_all_group_messages:
+        return Check("telegram privacy", "ok", f"@{info.username} reads all group messages "
+                     "(privacy mode off): the last 50 messages of a group are its context")
+    return Check("telegram privacy", "warn",
+                 f"@{info.username} has privacy mode ON: in groups it only sees messages that mention it, "
+                 "reply to it or are commands, so a group's 'last 50 messages as context' stays empty",
+                 "@BotFather → /setprivacy → your bot → Disable; then remove the bot from each group "
+                 "and add it again (Telegram applies the change on re-adding)")
 
 
 def _discord(settings: Settings) -> Check:
