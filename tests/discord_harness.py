@@ -113,7 +113,9 @@ async def running(
     """Start like `roost run` (build, start, recover, replay); close in the CLI's order.
     `paced=False` shortens the per-channel interval to 50 ms for tests not about pacing."""
     settings = discord_settings(tmp_path, dc, llm, **overrides)
-    kwargs = {} if paced else {"edit_interval_s": FAST_INTERVAL_S}
+    kwargs: dict[str, Any] = {"guild_ready_timeout_s": 0.2}  # the fake sends every guild at once
+    if not paced:
+        kwargs["edit_interval_s"] = FAST_INTERVAL_S
     adapter = discord_adapter(settings, **kwargs, **(adapter_kwargs or {}))
     others = list(extra_adapters or [])
     async with build(settings, [adapter, *others]) as app:
@@ -122,6 +124,7 @@ async def running(
         for other in others:
             await other.start(app.conversations)
         try:
+            await app.conversations.close_expired_cards(app.expired_at_start)
             await app.conversations.recover_deliveries()
             await app.conversations.replay_inbox()
             yield Harness(app, adapter, dc, llm)

@@ -81,8 +81,10 @@ def content_intent_enabled(flags: discord.ApplicationFlags) -> bool:
 class _Client(discord.Client):
     """discord.py's client with Roost's event hooks (set by the adapter)."""
 
-    def __init__(self, adapter: DiscordAdapter, intents: discord.Intents) -> None:
-        super().__init__(intents=intents, max_messages=None, chunk_guilds_at_startup=False)
+    def __init__(self, adapter: DiscordAdapter, intents: discord.Intents, guild_ready_timeout: float) -> None:
+        super().__init__(
+            intents=intents, max_messages=None, chunk_guilds_at_startup=False, guild_ready_timeout=guild_ready_timeout
+        )
         self._adapter = adapter
         self.ready = asyncio.Event()
         self.on_approval_press: Any = None
@@ -114,6 +116,7 @@ class DiscordAdapter:
         commands: Mapping[str, str] | None = None,
         edit_interval_s: float = EDIT_INTERVAL_S,
         ready_timeout_s: float = 30.0,
+        guild_ready_timeout_s: float = 2.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -123,6 +126,8 @@ class DiscordAdapter:
         self._commands = dict(commands or {})
         self._interval = edit_interval_s
         self._ready_timeout = ready_timeout_s
+        self._guild_ready_timeout = guild_ready_timeout_s
+        """How long discord.py waits after READY for more guilds before on_ready."""
         self._clock, self._sleep = clock, sleep
         self._state: Literal["new", "running", "closed"] = "new"
         self._client: _Client | None = None
@@ -160,7 +165,7 @@ class DiscordAdapter:
             raise
 
     async def _login(self, *, message_content: bool) -> _Client:
-        client = _Client(self, wanted_intents(message_content=message_content))
+        client = _Client(self, wanted_intents(message_content=message_content), self._guild_ready_timeout)
         self._client = client
         await client.login(self._token)
         return client

@@ -210,6 +210,15 @@ class FakeDiscord:
         self._dispatch_soon("MESSAGE_CREATE", lambda: payload)
         return msg.id
 
+    def post_as_bot(self, channel_id: str, content: str, components: list[dict[str, Any]] | None = None) -> str:
+        """A message the bot posted earlier (e.g. by a process that has since died)."""
+        with self.state.cond:
+            msg = StoredMessage(snowflake(), channel_id, self.bot_id, content, components=components or [])
+            self.state.messages[msg.id] = msg
+            self.state.order.append(msg.id)
+        self.state.changed()
+        return msg.id
+
     def redeliver(self, message_id: str) -> None:
         """Dispatch a MESSAGE_CREATE again (a redelivered gateway event)."""
         with self.state.cond:
