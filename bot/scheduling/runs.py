@@ -97,8 +97,8 @@ class JobRuns:
     ) -> None:
         self.storage = storage
         self.scheduler = scheduler
-        self._delays = tuple(retry_delays_s)
-        self._sleep = sleep
+        self.retry_delays_s = tuple(retry_delays_s)
+        self.sleep = sleep
         self._retries: set[asyncio.Task[None]] = set()
         self._names: dict[str, str] = {}
 
@@ -148,8 +148,8 @@ class JobRuns:
 
     async def _redeliver(self, ref: JobRef, adapter: Adapter, target: ReplyTarget, text: str) -> None:
         reason = "the chat did not accept the message"
-        for attempt, delay in enumerate(self._delays, start=1):
-            await self._sleep(delay)
+        for attempt, delay in enumerate(self.retry_delays_s, start=1):
+            await self.sleep(delay)
             try:
                 await adapter.send_text(ReplyTarget(target.platform, target.chat_id, target.thread_id), text)
             except Exception as exc:  # the platform's reason, for the owner's report
@@ -164,7 +164,7 @@ class JobRuns:
             await self.scheduler.tell_owner(
                 job,
                 f"⚠️ “{job.name}” ran but its answer could not be delivered to this job's chat "
-                f"({job.platform} {job.chat_id}) after {len(self._delays) + 1} attempts: {reason}",
+                f"({job.platform} {job.chat_id}) after {len(self.retry_delays_s) + 1} attempts: {reason}",
             )
 
     async def drain(self) -> None:
