@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from adapters.errors import DeliveryError, DeliveryUnknown, RateLimited
-from adapters.outbox import Outbox
+from adapters.outbox import Outbox, Priority
 from adapters.render import ChunkSpec, plan_chunks, render_markdown, utf16_len
 from adapters.stream import StreamRenderer
 from agent_core.events import (
@@ -525,3 +525,27 @@ async def test_a_finished_turn_shows_its_text_at_once_and_the_reply_closes_witho
     assert result.ok and chat.clock.now == 0.3  # not held until the message's next edit slot
     assert chat.deliveries[-1][3] is True  # recorded as final
     assert len(chat.t.calls) == len(chat.t.of("send")) + len(chat.t.of("typing"))
+
+
+async def test_pairing_notices_flooding_the_owners_chat_do_not_freeze_the_streamed_reply(chat: Chat) -> None:
+    """20 notices queued for the same chat while the reply streams: its message keeps
+    growing, an edit at least every two pace intervals, and every notice goes out."""
+    notices: list[float] = []
+
+    async def notice() -> bool:
+        await chat.t.send("🔔 someone wants to pair", [])
+        notices.append(chat.clock())
+        return True
+
+    r = chat.renderer()
+    await chat.stream(r, ANSWER[:120], every=0.01)  # the reply's first message is out
+    for i in range(20):
+        chat.outbox.submit(chat.t.chat_key, ("notice", i), notice, priority=Priority.SEND, interval=1.0)
+    await chat.stream(r, ANSWER[120:3000], chars=30, every=0.15)  # ~14 s of streaming
+    await chat.finish(r, ANSWER[:3000])
+    await chat.clock.run(chat.outbox.drain())
+    reply_id = chat.t.of("send")[0].message_id
+    edits = [c.at for c in chat.t.of("edit") if c.message_id == reply_id]
+    gaps = [b - a for a, b in zip(edits, edits[1:])]
+    assert len(edits) >= 6 and max(gaps) <= 2 * chat.t.min_edit_interval_s + 1e-9, edits
+    assert len(notices) == 20
