@@ -92,6 +92,8 @@ class Scheduler:
         self._task = asyncio.create_task(self._loop(), name="scheduler")
 
     def adapters_ready(self) -> None:
+        if self._beat.every and self._next_beat is None:  # the first beat one period after start
+            self._next_beat = self.clock() + timedelta(minutes=self._beat.every)
         self._ready.set()
         self._wake.set()
 
@@ -108,8 +110,6 @@ class Scheduler:
 
     async def _loop(self) -> None:
         await self._ready.wait()
-        if self._beat.every:
-            self._next_beat = self.clock() + timedelta(minutes=self._beat.every)
         while True:
             self._wake.clear()
             try:
