@@ -154,3 +154,19 @@ async def test_lone_surrogate_in_an_update_is_made_safe_at_the_edge(
         await h.says(OWNER, "echo: half \ufffd an emoji")
         tg.send_private(OWNER, "still here?")
         await h.says(OWNER, "echo: still here?")
+
+
+async def test_lost_card_send_never_shows_two_cards(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
+    """An approval card whose send lost its answer is found (buttons and all), not sent
+    again: one card, and pressing it works."""
+    fake_api.script(reply_tools(ToolUse("exec", {"command": "echo ran >> marker.txt"})), reply_text("ok"))
+    tg.drop_response_next("sendMessage", chat_id=OWNER)
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "run it")
+        (card,) = await cards(h)
+        await tg.await_for(lambda: any(NOT_MODIFIED in (c.description or "") for c in h.edits_in(OWNER)))
+        tg.press_button(OWNER, card.message_id, OWNER, buttons(card)["✅ Approve once"], first_name="Olivia")
+        await h.bot_text(OWNER, lambda t: t == "ok")
+        shown = [m for m in tg.bot_messages(OWNER) if (m.text or "").startswith("🔐")]
+        assert len(shown) == 1 and (shown[0].text or "").endswith("by Olivia.")
+        assert (h.workspace / "marker.txt").read_text() == "ran\n"

@@ -26,7 +26,7 @@ from agent_core.approvals import Decision
 from agent_core.events import ApprovalRequested, ApprovalResolved
 from agent_core.ports import ApprovalRecord
 
-from adapters.errors import DeliveryError, FormattingRejected, MessageGone, RateLimited
+from adapters.errors import DeliveryError, DeliveryUnknown, FormattingRejected, MessageGone, RateLimited
 from adapters.outbox import Outbox, Priority
 from adapters.render.entities import Entity, Payload
 from adapters.render.utf16 import utf16_len
@@ -136,6 +136,8 @@ class Card:
     """Telegram rejected our entities once: show plain text from then on."""
     state: CardState = "live"
     failures: int = 0
+    lost: tuple[Payload, Keyboard | None] | None = None
+    """A card sent whose answer was lost: looked for before it is ever sent again."""
     key: tuple[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -269,27 +271,49 @@ class ApprovalCards:
             on_drop=dropped,
         )
 
+    async def _find_lost(self, card: Card, lost: tuple[Payload, Keyboard | None]) -> None:
+        """The card's send lost its answer: find it (it shows exactly `lost`) or learn that
+        it was never posted (then it is sent on the next turn)."""
+        payload, keyboard = lost
+        found = await card.transport.find_sent(payload.text, payload.entities, keyboard)
+        card.lost = None
+        if found is not None:
+            card.message_id, card.shown = found, lost
+            await self._note(card)
+
+    async def _show(self, card: Card, desired: tuple[Payload, Keyboard | None]) -> None:
+        if card.as_document and not card.document_sent:
+            try:
+                await card.transport.send_document(
+                    card.request.action.encode(), DOCUMENT_NAME, f"Full action of {card.request.tool_name}"
+                )
+            except DeliveryUnknown as exc:  # it may be there: a second copy would be worse
+                log.warning("cards.document_answer_lost approval=%s: %s", card.request.approval_id, exc)
+            card.document_sent = True
+        payload, keyboard = desired
+        if card.message_id is None:
+            sent = await card.transport.send_message(payload.text, payload.entities, keyboard)
+            card.message_id = str(sent.message_id)
+            await self._note(card)
+        elif desired != card.shown:
+            await card.transport.edit_message(card.message_id, payload.text, payload.entities, keyboard)
+
     async def _sync(self, card: Card) -> bool:
         if card.state != "live":
             return False
         desired = self._desired(card)
         made_request = True
         try:
-            if card.as_document and not card.document_sent:
-                await card.transport.send_document(
-                    card.request.action.encode(), DOCUMENT_NAME, f"Full action of {card.request.tool_name}"
-                )
-                card.document_sent = True
-            payload, keyboard = desired
-            if card.message_id is None:
-                sent = await card.transport.send_message(payload.text, payload.entities, keyboard)
-                card.message_id = str(sent.message_id)
-                await self._note(card)
-            elif desired != card.shown:
-                await card.transport.edit_message(card.message_id, payload.text, payload.entities, keyboard)
+            if card.lost is not None:
+                await self._find_lost(card, card.lost)
             else:
-                made_request = False
-            card.shown = desired
+                made_request = (
+                    card.message_id is None
+                    or desired != card.shown
+                    or (card.as_document and not card.document_sent)
+                )
+                await self._show(card, desired)
+                card.shown = desired
         except RateLimited:
             raise  # the outbox pauses, then runs this sync again with the newest state
         except FormattingRejected:
@@ -297,6 +321,14 @@ class ApprovalCards:
             card.plain = True
         except MessageGone:
             card.state = "done"  # the user deleted the card; a button press still works
+        except DeliveryUnknown as exc:
+            if card.message_id is None and card.lost is None:  # the card may show, id unknown
+                log.warning("cards.send_answer_lost approval=%s: %s", card.request.approval_id, exc)
+                card.lost = desired
+            elif card.lost is not None:  # cannot tell whether it was posted: never post twice
+                log.warning("cards.lost_card_given_up approval=%s: %s", card.request.approval_id, exc)
+                card.state = "failed"
+            # an edit whose answer was lost is simply made again (edits are idempotent)
         except DeliveryError as exc:
             card.failures += 1
             log.warning("cards.delivery_failed approval=%s attempt=%d: %s",

@@ -262,10 +262,13 @@ class TelegramTransport:
         self._reply_to = None  # only the first message of a reply quotes the user's message
         return message
 
-    async def find_sent(self, text: str, entities: Sequence[Entity] = ()) -> str | None:
-        """After `send` raised `DeliveryUnknown` for exactly this content: the message's id
-        if it exists, None if it provably does not. Raises `DeliveryUnknown` when it cannot
-        tell (no id known before the lost send), `DeliveryError` for a probe to retry."""
+    async def find_sent(
+        self, text: str, entities: Sequence[Entity] = (), keyboard: Keyboard | None = None
+    ) -> str | None:
+        """After `send` raised `DeliveryUnknown` for exactly this content (and buttons): the
+        message's id if it exists, None if it provably does not. Raises `DeliveryUnknown`
+        when it cannot tell (no id known before the lost send), `DeliveryError` for a probe
+        to retry."""
         if self._probe_from is None:
             raise DeliveryUnknown("no message id known before the lost send: cannot look for it")
         candidate, tried = self._probe_from, 0
@@ -280,6 +283,7 @@ class TelegramTransport:
                     chat_id=self.chat_id,
                     message_id=candidate,
                     entities=to_ptb_entities(entities),
+                    reply_markup=to_markup(keyboard),
                     link_preview_options=_NO_PREVIEW,
                 )
             except TelegramError as exc:
