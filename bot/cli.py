@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from bot import cli_access, cli_audit, cli_grants
+from bot import cli_access, cli_audit, cli_grants, cli_jobs
 from bot.settings import ConfigError, Settings, load_settings
 
 EXIT_CONFIG = 2
@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "access": cli_access.run,
         "audit": cli_audit.run,
         "grants": cli_grants.run,
+        "jobs": cli_jobs.run,
     }[args.command]
     try:
         return asyncio.run(handler(settings, args))
@@ -92,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_access.add_parser(sub)
     cli_audit.add_parser(sub)
     cli_grants.add_parser(sub)
+    cli_jobs.add_parser(sub)
     return parser
 
 
