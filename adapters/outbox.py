@@ -32,8 +32,8 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable
 from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from enum import IntEnum
 from types import TracebackType
@@ -48,6 +48,10 @@ Action = Callable[[], Awaitable[bool]]
 """Performs the op with the latest state; returns whether it made a request (only
 requests consume the chat's pace). Raise `RateLimited` to pause and be retried; every
 other exception is the action's own business (it is logged and the op dropped)."""
+
+
+_STATE_LIMIT = 4096
+"""Pacing entries (keys + chats) kept before the stale ones are swept while busy."""
 
 
 class Priority(IntEnum):
@@ -283,7 +287,8 @@ class Outbox:
             recent.append(started)
 
     def _forget_rested(self, now: float) -> None:
-        """Drop pacing state that no longer constrains anything (the outbox is idle)."""
+        """Drop pacing state that no longer constrains anything (safe at any time: a full
+        bucket, an old window and a past key deadline are the same as none)."""
         self._buckets = {c: b for c, b in self._buckets.items() if b.full_at > now}
         self._recent = {c: r for c, r in self._recent.items() if r and now - r[-1] < 60.0}
         self._key_next_at = {k: t for k, t in self._key_next_at.items() if t > now}
@@ -301,6 +306,8 @@ class Outbox:
                 task = loop.create_task(self._execute(op), name="outbox.op")
                 self._in_flight[op.chat] = (op, task)
             wait: float | None = None
+            if len(self._key_next_at) + len(self._buckets) > _STATE_LIMIT:
+                self._forget_rested(now)  # a busy outbox is never idle: keep its memory bounded
             if not self._pending and not self._in_flight:
                 self._forget_rested(now)
                 self._last_sent.clear()

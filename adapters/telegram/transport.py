@@ -175,7 +175,11 @@ class TelegramTransport:
     editing each unknown candidate to the very content that was sent — Telegram answers
     "message is not modified" only for the lost message itself, "can't be edited" for a
     user's message, "not found" for an id with no message. Bots get no update for their
-    own messages and the Bot API has no idempotency key: this is the only way to know."""
+    own messages and the Bot API has no idempotency key: this is the only way to know.
+    Limits: ids in private chats come from the user's own sequence, so activity of the user
+    elsewhere leaves gaps ("not found") — a lost message beyond `PROBE_SPAN` such gaps would
+    be missed and sent again; a probe that edits a message nobody here knows can only hit
+    another lost send of this process (one bot, one process)."""
 
     limit_units: int = TELEGRAM_LIMIT_UNITS
     unit: Unit = "utf16"
@@ -271,7 +275,7 @@ class TelegramTransport:
         to retry."""
         if self._probe_from is None:
             raise DeliveryUnknown("no message id known before the lost send: cannot look for it")
-        candidate, tried = self._probe_from, 0
+        candidate, tried, past_the_end = self._probe_from, 0, False
         while tried < PROBE_SPAN:
             candidate += 1
             if self._ledger.knows(self.chat_id, candidate):
@@ -291,6 +295,7 @@ class TelegramTransport:
                     return self._adopt(candidate)  # it shows exactly what we sent: the lost one
                 reason = exc.message.lower() if isinstance(exc, BadRequest) else ""
                 if "not found" in reason or "can't be edited" in reason or "no text" in reason:
+                    past_the_end = "not found" in reason
                     continue  # no message there, a user's, or not a text message
                 error = translate(exc)
                 if isinstance(error, DeliveryUnknown):  # the probe's own answer was lost
@@ -299,8 +304,10 @@ class TelegramTransport:
             # A bot message nobody here knew, now showing our content: a lost send of ours.
             log.warning("telegram.probe_edited_unknown_message chat=%s message=%d", self.chat_id, candidate)
             return self._adopt(candidate)
+        if not past_the_end:  # every candidate was someone's message: ours may lie beyond
+            raise DeliveryUnknown(f"no lost message among the {PROBE_SPAN} ids probed, and more follow")
         self._probe_from = None
-        return None
+        return None  # the ids ran out before ours: it was never posted
 
     def _adopt(self, message_id: int) -> str:
         self._ledger.add(self.chat_id, message_id)
