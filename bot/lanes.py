@@ -4,6 +4,10 @@ Each session key gets a lane: a bounded queue and a worker task that lives while
 work. Messages arriving during a run wait in the queue and are handed to the next run —
 all of them at once in `collect` mode, one per run in `followup` mode. Nothing is dropped
 silently: a full queue is refused with `LaneFull`, which the caller tells the user about.
+
+The queue here is only the in-memory order of work: every item is already durable in the
+inbox (bot/storage/inbox.py) before it is submitted, so what `aclose` returns, or what a
+crash leaves, is handed to the lanes again at the next start.
 """
 
 from __future__ import annotations

@@ -65,3 +65,24 @@ async def test_messages_arriving_during_replay_are_answered_after_the_backlog(tm
         assert await early
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 3, timeout=30)
         assert [r.outcome.text for r in adapter.replies] == ["echo: left 1", "echo: left 2", "echo: new one"]
+
+
+async def test_a_message_stored_but_never_routed_before_a_crash_is_answered_after_restart(tmp_path, fake_api) -> None:
+    # The previous process stored the update (marked seen) and died before routing it.
+    home = tmp_path / "home"
+    home.mkdir()
+    storage = await Storage.open(f"sqlite+aiosqlite:///{home / 'roost.db'}")
+    row = await storage.receive_inbound(
+        InboxMessage("telegram", "private", OWNER_ID, OWNER_ID, "Olivia", "are you there?", storage._now(), update_id="77")
+    )
+    assert row is not None
+    await storage.aclose()
+
+    async with running_app(tmp_path, fake_api) as (app, adapter):
+        assert await app.conversations.load_inbox() == 1
+        await app.conversations.replay_inbox()
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
+        assert adapter.replies[0].outcome.text == "echo: are you there?"
+        await app.conversations.receive(private(OWNER_ID, "are you there?", update_id="77"))  # a late redelivery
+        await app.conversations.lanes.drain()
+        assert len(fake_api.requests) == 1
