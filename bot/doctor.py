@@ -22,7 +22,7 @@ class Check:
 
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [_config(settings), _workspace(settings), await _database(settings), _model(settings)]
-    checks += [_owners(settings), _telegram(settings), _discord(settings)]
+    checks += [_owners(settings), _telegram(settings), await _discord(settings)]
     if settings.telegram_bot_token is not None:
         checks.append(await _telegram_privacy(settings))
     checks.append(await _exec_sandbox(settings))
@@ -117,10 +117,22 @@ async def _telegram_privacy(settings: Settings) -> Check:
                  "and add it again (Telegram applies the change on re-adding)")
 
 
-def _discord(settings: Settings) -> Check:
+async def _discord(settings: Settings) -> Check:
     if settings.discord_bot_token is None:
         return Check("discord", "warn", "not configured", "DISCORD_BOT_TOKEN=<bot token>")
-    return Check("discord", "warn", "token set, but the Discord adapter is not built yet", "")
+    from adapters.discord.probe import FIX_INTENT, probe
+
+    dc = settings.discord
+    try:
+        found = await probe(settings.discord_bot_token.get_secret_value(), dc.api_base)
+    except Exception as exc:  # a rejected token or an unreachable server is a finding here
+        return Check("discord", "fail", f"cannot log in at {dc.api_base} ({type(exc).__name__})",
+                     "check DISCORD_BOT_TOKEN (Developer Portal → Bot → Reset Token) and ROOST_DISCORD__API_BASE")
+    if not found.message_content:
+        return Check("discord", "warn", f"logged in as {found.bot_name}, but the Message Content intent is off: "
+                     "only DMs and mentions are read", FIX_INTENT)
+    channels = ", ".join(dc.allowed_channels) or "none (owner can /allow a channel)"
+    return Check("discord", "ok", f"logged in as {found.bot_name}, Message Content intent on, channels: {channels}")
 
 
 async def _exec_sandbox(settings: Settings) -> Check:
