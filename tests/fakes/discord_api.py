@@ -487,6 +487,7 @@ class FakeDiscord:
                     "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
                     "X-RateLimit-Reset-After": f"{limit.retry_after:.3f}",
                     "X-RateLimit-Bucket": "fake-bucket", "X-RateLimit-Scope": "user",
+                    "Via": "1.1 google",  # discord.py treats a 429 without it as a Cloudflare ban
                 }
                 payload = {"message": "You are being rate limited.", "retry_after": limit.retry_after, "global": False}
             else:

@@ -1,0 +1,150 @@
+"""The fake Discord is strict where Discord is; checked with discord.py itself."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import discord
+import pytest
+
+from adapters.discord.endpoints import point_at
+from tests.fakes.discord_api import FakeDiscord
+
+TOKEN = "fake-token.for-the-fake"
+USER = "111111111111111111"
+
+
+@pytest.fixture
+async def fake_and_client() -> AsyncIterator[tuple[FakeDiscord, discord.Client]]:
+    with FakeDiscord(token=TOKEN, interaction_deadline_s=0.3) as fake:
+        fake.add_user(USER, "olivia")
+        fake.add_guild("500", ["501"])
+        point_at(fake.api_base, fake.gateway_url)
+        client = discord.Client(intents=discord.Intents.none())
+        await client.login(TOKEN)
+        try:
+            yield fake, client
+        finally:
+            await client.close()
+
+
+async def test_a_wrong_token_gets_401() -> None:
+    with FakeDiscord(token=TOKEN) as fake:
+        point_at(fake.api_base, fake.gateway_url)
+        client = discord.Client(intents=discord.Intents.none())
+        try:
+            with pytest.raises(discord.LoginFailure):
+                await client.login("not-the-token")
+        finally:
+            await client.close()
+        assert [c.status for c in fake.calls] == [401]
+
+
+async def test_content_over_2000_characters_is_refused_with_50035(fake_and_client) -> None:
+    fake, client = fake_and_client
+    channel = client.get_partial_messageable(501)
+    with pytest.raises(discord.HTTPException) as refused:
+        await channel.send("x" * 2001)
+    assert refused.value.status == 400 and refused.value.code == 50035
+    sent = await channel.send("x" * 2000)
+    with pytest.raises(discord.HTTPException) as refused:
+        await sent.edit(content="y" * 2001)
+    assert refused.value.code == 50035
+    assert len(fake.bot_messages("501")) == 1
+
+
+async def test_button_limits_are_enforced(fake_and_client) -> None:
+    fake, client = fake_and_client
+    channel = client.get_partial_messageable(501)
+    too_long = [{"type": 1, "components": [{"type": 2, "style": 1, "label": "x", "custom_id": "c" * 101}]}]
+    six = [{"type": 1, "components": [
+        {"type": 2, "style": 1, "label": str(n), "custom_id": f"b{n}"} for n in range(6)
+    ]}]
+    route = discord.http.Route("POST", "/channels/{channel_id}/messages", channel_id=channel.id)
+    for components in (too_long, six):
+        with pytest.raises(discord.HTTPException) as refused:
+            await client.http.request(route, json={"content": "hi", "components": components})
+        assert refused.value.code == 50035
+    assert not fake.bot_messages("501")
+
+
+async def test_an_interaction_answered_late_is_unknown_and_one_answered_twice_is_refused(fake_and_client) -> None:
+    fake, client = fake_and_client
+    sent = await client.get_partial_messageable(501).send("card")
+    fake.state.messages[str(sent.id)].components = [
+        {"type": 1, "components": [{"type": 2, "style": 1, "label": "go", "custom_id": "go"}]}
+    ]
+    iid = fake.press(str(sent.id), USER, "go")
+    interaction = fake.interaction(iid)
+    route = discord.http.Route("POST", "/interactions/{i}/{t}/callback", i=iid, t=interaction.token)
+    await asyncio.sleep(0.35)  # past the (shortened) deadline: a sleep is the point here
+    with pytest.raises(discord.NotFound) as unknown:
+        await client.http.request(route, json={"type": 6})
+    assert unknown.value.code == 10062
+    iid = fake.press(str(sent.id), USER, "go")
+    route = discord.http.Route("POST", "/interactions/{i}/{t}/callback", i=iid, t=fake.interaction(iid).token)
+    await client.http.request(route, json={"type": 6})
+    with pytest.raises(discord.HTTPException) as twice:
+        await client.http.request(route, json={"type": 6})
+    assert twice.value.code == 40060
+
+
+async def test_429_carries_retry_after_and_rate_limit_headers_and_nothing_is_posted(fake_and_client) -> None:
+    fake, client = fake_and_client
+    fake.rate_limit_next("POST", "/channels/501/messages", 0.2)
+    sent = await client.get_partial_messageable(501).send("once")  # discord.py waits and retries
+    statuses = [c.status for c in fake.calls if c.path == "/channels/501/messages"]
+    assert statuses == [429, 200]
+    assert [m.content for m in fake.bot_messages("501")] == ["once"] and sent.content == "once"
+
+
+async def test_a_repeated_nonce_returns_the_first_message(fake_and_client) -> None:
+    fake, client = fake_and_client
+    channel = client.get_partial_messageable(501)
+    first = await channel.send("hello", nonce="n-1")
+    again = await channel.send("hello", nonce="n-1")
+    assert first.id == again.id and len(fake.bot_messages("501")) == 1
+
+
+async def test_gateway_identify_ready_and_resume_replays_missed_events() -> None:
+    with FakeDiscord(token=TOKEN, heartbeat_interval_ms=500) as fake:
+        fake.add_user(USER, "olivia")
+        point_at(fake.api_base, fake.gateway_url)
+        intents = discord.Intents.none()
+        intents.dm_messages = True
+        intents.message_content = True
+        client = discord.Client(intents=intents)
+        seen: asyncio.Queue[str] = asyncio.Queue()
+        ready = asyncio.Event()
+        client.event(_on_ready(ready))
+        client.event(_on_message(seen))
+        await client.login(TOKEN)
+        task = asyncio.get_running_loop().create_task(client.connect())
+        try:
+            async with asyncio.timeout(10):
+                await ready.wait()
+            fake.say(fake.dm_channel(USER), USER, "one")
+            assert await asyncio.wait_for(seen.get(), 10) == "one"
+            fake.drop_gateway()
+            fake.say(fake.dm_channel(USER), USER, "two")  # while disconnected
+            assert await asyncio.wait_for(seen.get(), 20) == "two"
+            assert len(fake.identifies) == 1 and len(fake.resumes) == 1
+        finally:
+            await client.close()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def _on_ready(ready: asyncio.Event):  # noqa: ANN202
+    async def on_ready() -> None:
+        ready.set()
+
+    return on_ready
+
+
+def _on_message(seen: asyncio.Queue[str]):  # noqa: ANN202
+    async def on_message(message: discord.Message) -> None:
+        await seen.put(message.content)
+
+    return on_message
