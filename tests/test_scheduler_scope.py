@@ -84,3 +84,24 @@ async def test_failed_delivery_is_retried_with_backoff_then_reported_to_the_owne
     assert waited == [10.0, 60.0, 300.0]
     assert after is not None and (after.last_exec, after.last_delivery) == ("ok", "failed")
     assert not any("Standup: all good" in (m.text or "") for m in tg.bot_messages(GROUP))
+
+
+async def test_scheduled_runs_count_against_the_groups_rate_limits(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    clock = FakeClock(T0)
+    limits = {"group": {"runs_per_hour": 2}}
+    async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, limits=limits) as h:
+        await group_job(h, "Scheduled.", name="poll", prompt="poll the feed", every_minutes=5)  # run 1
+        (job,) = await h.app.storage.list_jobs()
+        fake_api.script(reply_text("Nothing new."))
+        clock.advance(minutes=5)
+        await tick(h.app.scheduler)  # type: ignore[arg-type]
+        await h.bot_text(GROUP, lambda t: t == "⏰ poll\n\nNothing new.")  # run 2
+        await h.app.conversations.lanes.drain()
+        clock.advance(minutes=5)
+        await tick(h.app.scheduler)  # type: ignore[arg-type]
+        await h.app.conversations.lanes.drain()
+        after = await h.app.storage.get_job(job.id)
+    assert len(fake_api.requests) == 3  # the third run in the hour never reached the model
+    assert after is not None and after.last_exec == "rate-limited" and after.state == "active"

@@ -191,12 +191,18 @@ class JobRepository(RepositoryBase):
 
     async def settle_jobs(self) -> int:
         """At start-up: a run the last process left `running` was cut off (its reply is
-        marked in place by the delivery recovery)."""
+        marked in place by the delivery recovery); re-sends it left pending never got through."""
         async with self._tx() as s:
             result = await s.execute(
                 update(JobModel)
                 .where(JobModel.last_exec == "running")
                 .values(last_exec="interrupted", updated_at=self._now())
+                .execution_options(synchronize_session=False)
+            )
+            await s.execute(
+                update(JobModel)
+                .where(JobModel.last_delivery == "retrying")
+                .values(last_delivery="failed", updated_at=self._now())
                 .execution_options(synchronize_session=False)
             )
             return rowcount(result)
