@@ -235,8 +235,15 @@ async def startup_process(tg: FakeTelegram, llm: FakeAnthropic) -> float:
             await tg.await_for(lambda: tg.is_polling, timeout=30)
             return time.monotonic() - started
         finally:
+            stopping = time.monotonic()
             process.send_signal(signal.SIGTERM)
-            process.wait(10)
+            try:
+                process.wait(60)
+                print(f"  (`roost run` exited {time.monotonic() - stopping:.1f} s after SIGTERM)")
+            except subprocess.TimeoutExpired:
+                print("  (`roost run` did not exit within 60 s of SIGTERM: killed)")
+                process.kill()
+                process.wait()
 
 
 # -- update → first Bot API call --------------------------------------------------------
