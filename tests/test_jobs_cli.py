@@ -40,6 +40,8 @@ def test_jobs_list_and_cancel_on_the_machine(tmp_path: Path) -> None:
 
     cancelled = roost("jobs", "cancel", "bbbb2222", env=env)
     assert cancelled.returncode == 0, cancelled.stderr
-    assert cancelled.stdout.strip() == "Cancelled bbbb2222 “standup” (group:telegram:-100777); it will not run again."
+    assert cancelled.stdout.strip() == (
+        "Cancelled bbbb2222 “standup” (group:telegram:-100777); it will not run again."
+    )
     after = roost("jobs", "list", env=env)
     assert "standup" not in after.stdout and "call Ana" in after.stdout

@@ -77,7 +77,9 @@ async def test_failed_delivery_is_retried_with_backoff_then_reported_to_the_owne
         fake_api.script(reply_text("Standup: all good, nothing blocked today."))
         clock.advance(minutes=5)
         await tick(h.app.scheduler)  # type: ignore[arg-type]
-        report = await h.bot_text(OWNER, lambda t: t.startswith("⚠️ “standup” ran but its answer could not be delivered"))
+        report = await h.bot_text(
+            OWNER, lambda t: t.startswith("⚠️ “standup” ran but its answer could not be delivered")
+        )
         assert "Forbidden: bot was kicked" in (report.text or "")
         await jobs.drain()
         after = await h.app.storage.get_job(job.id)

@@ -138,7 +138,8 @@ class JobRuns:
         delivered = await self.storage.run_delivery(run_id)
         answer = outcome.text if isinstance(outcome, RunFinished) else ""
         if delivered == "delivered" or (delivered == "none" and not answer):
-            await self.storage.job_status(ref.job_id, execution=execution, delivery="delivered" if delivered == "delivered" else "nothing")
+            shown = "delivered" if delivered == "delivered" else "nothing"  # a run that said nothing
+            await self.storage.job_status(ref.job_id, execution=execution, delivery=shown)
             return
         await self.storage.job_status(ref.job_id, execution=execution, delivery="retrying")
         text = f"⏰ {self._names.get(ref.job_id, ref.job_id)}\n\n{answer or '(the run ended without an answer)'}"
