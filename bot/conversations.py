@@ -63,38 +63,6 @@ def cleaned(inbound: Inbound) -> Inbound:
     return dataclasses.replace(inbound, text=text, sender_name=name)
 
 
-def _stored(inbound: Inbound) -> InboxMessage:
-    return InboxMessage(
-        platform=inbound.platform,
-        chat_kind=inbound.chat_kind,
-        chat_id=inbound.chat_id,
-        sender_id=inbound.sender_id,
-        sender_name=inbound.sender_name,
-        text=inbound.text,
-        received_at=inbound.received_at,
-        thread_id=inbound.thread_id,
-        mentioned=inbound.mentioned,
-        message_id=inbound.message_id,
-        update_id=inbound.update_id,
-    )
-
-
-def _inbound(message: InboxMessage) -> Inbound:
-    return Inbound(
-        platform=message.platform,
-        chat_kind="group" if message.chat_kind == "group" else "private",
-        chat_id=message.chat_id,
-        sender_id=message.sender_id,
-        sender_name=message.sender_name,
-        text=message.text,
-        thread_id=message.thread_id,
-        mentioned=message.mentioned,
-        message_id=message.message_id,
-        update_id=message.update_id,
-        received_at=message.received_at,
-    )
-
-
 class AdapterMessenger:
     """`send_message` for a run: delivers to the chat the run answers, confirmed or raising."""
 
@@ -156,7 +124,7 @@ class Conversations:
         inbound = cleaned(inbound)
         # Durable first: the update is marked seen in the transaction that stores the
         # message, so nothing marked seen can be lost by a crash (see bot.storage.inbox).
-        inbox_id = await self.storage.receive_inbound(_stored(inbound))
+        inbox_id = await self.storage.receive_inbound(InboxMessage.of(inbound))
         if inbox_id is None:
             log.info("inbound.duplicate", extra={"platform": inbound.platform, "update": inbound.update_id})
             return False
@@ -278,7 +246,7 @@ class Conversations:
         backlog, self._backlog = self._backlog, []
         try:
             for row in backlog:
-                inbound = _inbound(row.message)
+                inbound = row.message.inbound()
                 if row.state == "received" or row.session_key is None:
                     await self._handle(inbound, row.id)  # stored, never routed: route it now
                     continue

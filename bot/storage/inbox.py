@@ -19,6 +19,7 @@ from typing import Literal
 
 from sqlalchemy import delete, or_, select, update
 
+from agent_core.inbound import Inbound
 from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import InboxModel, MessageModel, SeenUpdateModel
 
@@ -45,6 +46,37 @@ class InboxMessage:
     mentioned: bool = False
     message_id: str | None = None
     update_id: str | None = None
+
+    @classmethod
+    def of(cls, inbound: Inbound) -> InboxMessage:
+        return cls(
+            platform=inbound.platform,
+            chat_kind=inbound.chat_kind,
+            chat_id=inbound.chat_id,
+            sender_id=inbound.sender_id,
+            sender_name=inbound.sender_name,
+            text=inbound.text,
+            received_at=inbound.received_at,
+            thread_id=inbound.thread_id,
+            mentioned=inbound.mentioned,
+            message_id=inbound.message_id,
+            update_id=inbound.update_id,
+        )
+
+    def inbound(self) -> Inbound:
+        return Inbound(
+            platform=self.platform,
+            chat_kind="group" if self.chat_kind == "group" else "private",
+            chat_id=self.chat_id,
+            sender_id=self.sender_id,
+            sender_name=self.sender_name,
+            text=self.text,
+            thread_id=self.thread_id,
+            mentioned=self.mentioned,
+            message_id=self.message_id,
+            update_id=self.update_id,
+            received_at=self.received_at,
+        )
 
 
 @dataclass(frozen=True, slots=True)
