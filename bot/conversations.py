@@ -268,6 +268,9 @@ class Conversations:
         """A scheduled job is due: its stored inbox row goes to the session's lane like a
         message (rate limits and the token budget apply; a sub scope's budget even for the
         owner's jobs). None when queued, else why not (the row is dropped)."""
+        if inbound.platform not in self.adapters:  # e.g. a Discord job while only Telegram runs
+            await self.storage.discard_inbound(inbox_id)
+            return "no-chat"
         route = Accept(session_key, scope_of(session_key), self.router.is_owner(inbound))
         if self.limiter is not None:
             exempt = route.is_owner and route.scope is Scope.MAIN

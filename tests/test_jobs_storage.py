@@ -1,0 +1,69 @@
+"""The jobs repository on SQLite and PostgreSQL: one due time fires once, whatever repeats it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from bot.scheduling.refs import JobRef, job_ref
+from bot.storage import Storage
+from bot.storage.inbox import InboxMessage
+from bot.storage.jobs import NewJob
+from tests.storage_fixtures import clock, db_url, storage  # noqa: F401  (fixtures)
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def job(job_id: str = "ab12cd34", kind: str = "interval", spec: str = "3600") -> NewJob:
+    return NewJob(
+        id=job_id, name="hourly", prompt="check", session_key="main", platform="telegram", chat_kind="private",
+        chat_id="1", thread_id=None, creator="telegram:1", kind=kind, spec=spec, timezone="UTC", grace_s=1800,
+        next_run_at=NOW + timedelta(hours=1), created_at=NOW,
+    )
+
+
+def message(ref: JobRef) -> InboxMessage:
+    return InboxMessage(
+        platform="telegram", chat_kind="private", chat_id="1", sender_id="1", sender_name="⏰ hourly",
+        text="check", received_at=NOW, update_id=ref.update_id,
+    )
+
+
+async def test_a_due_time_fired_twice_stores_one_run_and_advances_once(storage: Storage) -> None:
+    await storage.create_job(job())
+    due = NOW + timedelta(hours=1)
+    ref = JobRef("ab12cd34", due)
+    first = await storage.fire_job(ref.job_id, due, message(ref), "main", advance_to=due + timedelta(hours=1),
+                                   advance=True)
+    again = await storage.fire_job(ref.job_id, due, message(ref), "main", advance_to=due + timedelta(hours=1),
+                                   advance=True)
+    assert first is not None and again is None
+    (row,) = await storage.inbox_rows(["queued"])
+    assert row.session_key == "main" and job_ref(row.message.update_id) == ref
+    fired = await storage.get_job("ab12cd34")
+    assert fired is not None and fired.next_run_at == due + timedelta(hours=1)
+    assert (fired.last_run_at, fired.last_exec, fired.state) == (due, "queued", "active")
+    assert await storage.due_jobs(due + timedelta(minutes=30)) == []
+    assert await storage.next_due_at() == due + timedelta(hours=1)
+
+
+async def test_a_missed_one_off_waits_and_run_now_finishes_it(storage: Storage) -> None:
+    await storage.create_job(job("0ff0ff00", kind="once", spec=(NOW + timedelta(hours=1)).isoformat()))
+    await storage.skip_job("0ff0ff00", NOW + timedelta(hours=1), None)
+    missed = await storage.get_job("0ff0ff00")
+    assert missed is not None and missed.state == "missed" and missed.last_exec == "missed"
+    assert [j.id for j in await storage.list_jobs("main")] == ["0ff0ff00"]  # still listed
+    ref = JobRef("0ff0ff00", NOW + timedelta(days=2))
+    assert await storage.fire_job(ref.job_id, ref.due, message(ref), "main", advance_to=None, advance=False)
+    done = await storage.get_job("0ff0ff00")
+    assert done is not None and done.state == "done" and done.missed_at is None
+
+
+async def test_a_run_left_running_is_interrupted_and_a_pending_resend_failed_at_start(storage: Storage) -> None:
+    await storage.create_job(job())
+    await storage.job_started("ab12cd34", "run-1")
+    await storage.job_status("ab12cd34", delivery="retrying")
+    assert await storage.settle_jobs() == 1
+    settled = await storage.get_job("ab12cd34")
+    assert settled is not None and (settled.last_exec, settled.last_delivery, settled.last_run_id) == (
+        "interrupted", "failed", "run-1"
+    )
