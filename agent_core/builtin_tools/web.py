@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
+import os
 import socket
 import ssl
+import sys
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -20,7 +23,7 @@ import httpcore
 import httpx
 from pydantic import BaseModel, Field
 
-from agent_core.builtin_tools.web_text import html_to_text
+from agent_core.builtin_tools import web_text
 from agent_core.risk import Risk
 from agent_core.tools import Tool, ToolContext, ToolError
 
@@ -28,6 +31,8 @@ MAX_DOWNLOAD_BYTES = 2 * 1024 * 1024
 MAX_CHARS = 20_000
 DEFAULT_TIMEOUT_S = 20.0
 MAX_REDIRECTS = 5
+PARSE_BUDGET_BYTES = 512 * 1024
+"""Markup parsed per page (after scripts and styles are dropped): ~2 s of worker-thread CPU."""
 USER_AGENT = "Roost/0.1 (+personal agent; web_fetch)"
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml",
                "application/javascript", "application/ld+json", "application/rss", "application/atom")
@@ -196,17 +201,49 @@ async def _fetch(client: httpx.AsyncClient, url: httpx.URL, max_bytes: int, max_
         preview = bytes(body[:400]).decode(charset or "utf-8", "replace")
         raise ToolError(f"HTTP {status} from {final}: {' '.join(preview.split())[:300]}")
     if ctype in ("text/html", "application/xhtml+xml") or (not ctype and b"<html" in body[:2048].lower()):
-        title, text = html_to_text(bytes(body), final, charset)
+        title, text, cut = await _parse_html(bytes(body), final, charset)
     elif not ctype or ctype.startswith(_TEXT_TYPES):
-        title, text = "", bytes(body).decode(charset or "utf-8", "replace").strip()
+        title, cut = "", False
+        text = (await asyncio.to_thread(bytes(body).decode, charset or "utf-8", "replace")).strip()
     else:
         raise ToolError(f"{final}: unsupported content type {ctype!r} ({len(body):,} bytes)")
     header = f"URL: {final}" + (f"\nTitle: {title}" if title else "")
     notes = []
     if truncated:
         notes.append(f"download stopped at {max_bytes:,} bytes")
+    if cut:
+        notes.append(f"read the first {PARSE_BUDGET_BYTES:,} bytes of markup after scripts and styles")
     if len(text) > max_chars:
         notes.append(f"showing the first {max_chars:,} of {len(text):,} characters")
         text = text[:max_chars]
     note = f"\n\n[truncated: {'; '.join(notes)}]" if notes else ""
     return f"{header}\n\n{text}{note}"
+
+
+async def _parse_html(body: bytes, url: str, charset: str | None) -> tuple[str, str, bool]:
+    """(title, text, cut) of a page, parsed in a child process.
+
+    Parsing is pure Python. On the event loop a 2 MB page stalled every chat for seconds;
+    in a thread it still competes for the GIL, and the collector's pauses stop every
+    thread. A child process shares neither, and is killed if the fetch times out or is
+    cancelled. It gets no environment (nothing of Roost's) and only the standard library."""
+    if not sys.executable:  # embedded interpreters: a thread is the next best place
+        return await asyncio.to_thread(web_text.page_text, body, url, charset, PARSE_BUDGET_BYTES)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", os.path.abspath(web_text.__file__), url, charset or "",
+        str(PARSE_BUDGET_BYTES),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={},
+    )
+    try:
+        out, err = await proc.communicate(body)
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
+    if proc.returncode != 0:
+        reason = " ".join(err.decode("utf-8", "replace").split())[-300:]
+        raise ToolError(f"could not read {url} as HTML: {reason or f'exit status {proc.returncode}'}")
+    result = json.loads(out)
+    return result["title"], result["text"], result["cut"]
