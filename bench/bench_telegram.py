@@ -64,6 +64,7 @@ TOKEN = "123456:BENCH-token"
 OWNER = 1
 SPEC = ChunkSpec.create(4096, "utf16", False)
 ANSWER = "ok, noted."
+UNLIMITED = {"messages_per_minute": 0, "runs_per_hour": 0, "daily_tokens": 0}
 
 
 class InstantLLM:
@@ -125,6 +126,7 @@ def settings_for(home: Path, tg: FakeTelegram, llm_url: str | None = None) -> Se
         telegram_bot_token=TOKEN,
         telegram={"base_url": tg.base_url, "allowed_groups": ["*"]},
         agent={"model": "claude-bench", "max_retries": 0, "queue_mode": "followup", "max_concurrent_runs": 128},
+        limits={"user": UNLIMITED, "group": UNLIMITED},  # the bench's one member floods on purpose
     )
 
 
