@@ -83,6 +83,8 @@ class SessionModel(Base):
     model_override: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    queue_mode: Mapped[str | None] = mapped_column(String(16))
+    """Messages while busy (bot.lanes): None = the configured default."""
 
 
 class MessageModel(Base):
@@ -313,3 +315,40 @@ class JobModel(Base):
     missed_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+
+
+class RunMetricsModel(Base):
+    """One row per finished run (bot.run_metrics): what /usage and `roost status` add up."""
+
+    __tablename__ = "run_metrics"
+    __table_args__ = (Index(None, "started_at"), Index(None, "session_key", "started_at"))
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(255))
+    started_at: Mapped[datetime]
+    duration_s: Mapped[float] = mapped_column(Float)
+    first_token_s: Mapped[float | None] = mapped_column(Float)
+    turns: Mapped[int] = mapped_column(Integer)
+    tool_calls: Mapped[int] = mapped_column(Integer)
+    tool_errors: Mapped[int] = mapped_column(Integer)
+    tool_seconds: Mapped[float] = mapped_column(Float)
+    errors: Mapped[int] = mapped_column(Integer)
+    input_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_read_tokens: Mapped[int] = mapped_column(BigInteger)
+    cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
+    fallbacks: Mapped[int] = mapped_column(Integer)
+    cost_usd: Mapped[float | None] = mapped_column(Float)
+
+
+class NoticeSentModel(Base):
+    """A notice that must reach a chat once only (a resume offer, an anomaly), recorded
+    before it is sent."""
+
+    __tablename__ = "notices_sent"
+
+    kind: Mapped[str] = mapped_column(String(32), primary_key=True)
+    ref: Mapped[str] = mapped_column(String(128), primary_key=True)
+    sent_at: Mapped[datetime]
