@@ -32,9 +32,9 @@ def test_the_workspace_stays_visible_inside_a_hidden_home(tmp_path: Path) -> Non
     plan = plan_mounts([home, home / "roost.toml", home / "roost.db", workspace / "private.toml",
                         tmp_path / "missing"], [workspace])
     assert plan.ops == (
-        f"o:3:{workspace}",  # opened before anything is covered
+        f"o:3:{home}",  # opened before anything is covered
         f"d:{home}",  # roost.toml, roost.db and its -wal go with it
-        f"b:3:{workspace}",
+        f"b:3:workspace",  # from the home opened before the cover
         f"f:{workspace / 'private.toml'}",  # inside the workspace: covered after the bind
         f"r:{home}",
     )
@@ -93,3 +93,39 @@ def test_doctor_reports_the_exec_sandbox(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert "! exec sandbox   off (ROOST_AGENT__EXEC_SANDBOX=off)" in off.stdout
     assert not home.exists()  # doctor creates nothing
+
+
+async def test_a_group_command_sees_only_its_allow_list(tmp_path: Path) -> None:
+    """The privacy invariant holds for exec too: where the owner enabled it for a group,
+    the command sees what the group's file tools see, nothing the main session wrote."""
+    from agent_core.builtin_tools.exec_tool import ExecInput, make_exec_tool
+    from agent_core.risk import Scope
+    from agent_core.tools import ToolContext
+    from workspace.daily_log import log_dir_for, session_dir_for
+
+    key = "group:telegram:-100"
+    ws = tmp_path / "ws"
+    own, logs = ws / session_dir_for(key), ws / log_dir_for(key)
+    files = {
+        "SOUL.md": "soul-visible", "USER.md": "PRIVATE-user", "MEMORY.md": "PRIVATE-memory",
+        "notes/health.md": "PRIVATE-diagnosis", "memory/2026-01-01.md": "PRIVATE-main-log",
+        "skills/s/SKILL.md": "skill-visible", f"{log_dir_for(key)}/2026-01-01.md": "group-log-visible",
+        f"{session_dir_for(key)}/mine.txt": "own-visible", "groups/other/x.md": "PRIVATE-other-group",
+        "shared/team/doc.md": "shared-visible",
+    }
+    for rel, text in files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text + "\n")
+    (own / "link.md").symlink_to(ws / "USER.md")
+    ctx = ToolContext(session_key=key, scope=Scope.SUB, workspace=ws, extra_roots=("shared/team",))
+    command = (f'pwd; find "{ws}" -type f | sort | xargs cat; cat link.md "{ws}/USER.md"; '
+               f'echo made > new.txt; echo changed > "{ws}/SOUL.md"; echo added > "{ws}/shared/team/new.txt"; '
+               f'echo log > "{logs}/2026-01-02.md"; echo done')
+    out = await make_exec_tool().func(ExecInput(command=command), ctx)
+    assert "PRIVATE" not in out, out
+    for visible in ("soul-visible", "skill-visible", "group-log-visible", "own-visible", "shared-visible", "done"):
+        assert visible in out
+    assert f"--- stdout ---\n{own}\n" in out  # commands start in the group's own folder
+    assert (own / "new.txt").read_text() == "made\n" and (ws / "shared/team/new.txt").read_text() == "added\n"
+    assert (ws / "SOUL.md").read_text() == "soul-visible\n"  # identity files are read-only
+    assert not (logs / "2026-01-02.md").exists()  # so are its logs

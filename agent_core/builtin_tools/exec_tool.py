@@ -19,8 +19,10 @@ from agent_core.builtin_tools.sandbox import (
     SandboxUnavailable,
     command_env,
 )
+from agent_core.builtin_tools.exec_view import WorkspaceView, sub_scope_view
 from agent_core.risk import Risk
 from agent_core.tools import Tool, ToolContext, ToolError, cap_output
+from workspace.access import is_main
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_TIMEOUT_S = 600.0
@@ -144,9 +146,20 @@ def make_exec_tool(
     async def run(args: ExecInput, ctx: ToolContext) -> str:
         timeout = min(args.timeout_s or default_timeout_s, max_timeout_s)
         workdir = cwd if cwd is not None else ctx.workspace
+        view = WorkspaceView([ctx.workspace])
+        if not is_main(ctx.scope):
+            if not box.enabled:
+                raise ToolError("exec is not available outside the owner's private chat while "
+                                "the sandbox is off (ROOST_AGENT__EXEC_SANDBOX=off)")
+            try:
+                view = sub_scope_view(ctx.workspace, ctx.session_key, ctx.extra_roots)
+            except ValueError as exc:
+                raise ToolError(f"exec cannot run here: {exc}") from None
+            workdir = view.home
         try:
             await box.probe(workdir, [ctx.workspace])
-            argv = box.argv(args.command, workdir, [ctx.workspace])
+            argv = box.argv(args.command, workdir, view.visible, also_hidden=view.hidden,
+                            read_only=view.read_only)
         except SandboxUnavailable as exc:
             raise ToolError(
                 "exec is unavailable on this machine: commands run in their own user, PID and "
@@ -162,7 +175,7 @@ def make_exec_tool(
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=workdir,
-                env=command_env(ctx.workspace, env),
+                env=command_env(view.home or ctx.workspace, env),
                 start_new_session=True,
             )
         except OSError as exc:

@@ -41,10 +41,11 @@ _PROBE_TIMEOUT_S = 10.0
 _TOOLS = ("unshare", "mount", "setpriv")
 
 # Arguments: <mount> <setpriv> <sh> <workdir>, then ops, then "--" <command>.
-# Ops: "o:<fd>:<dir>" opens a dir on fd (before anything is covered), "d:<dir>" covers a
-# directory with an empty tmpfs, "f:<file>" covers a file with /dev/null, "b:<fd>:<dir>"
-# binds an opened dir back (its mount point is made in the tmpfs), "r:<dir>" makes a
-# cover read-only once every mount point in it exists.
+# Ops: "o:<fd>:<dir>" opens a directory that will be covered on fd (before anything is),
+# "d:<dir>" covers a directory with an empty tmpfs, "f:<file>" covers a file with /dev/null,
+# "b:<fd>:<rel>" binds <rel> inside fd's original directory back to the same place (its
+# mount point is made in the tmpfs), "B:<fd>:<rel>" the same for a file, "r:<dir>" makes a
+# cover read-only once every mount point in it exists, "R:<path>" a bound-back path.
 SETUP_SCRIPT = r"""
 fail() { echo "roost sandbox: $*" >&2; exit 125; }
 mnt=$1; priv=$2; shell=$3; workdir=$4; shift 4
@@ -52,14 +53,21 @@ while [ "$1" != "--" ]; do
   op=$1; shift
   case $op in
     o:*) rest=${op#o:}; fd=${rest%%:*}; dir=${rest#*:}
-         eval "exec $fd<\"\$dir\"" || fail "cannot open $dir" ;;
+         eval "exec $fd<\"\$dir\" && d$fd=\$dir" || fail "cannot open $dir" ;;
     d:*) "$mnt" -t tmpfs -o nosuid,nodev,noexec,size=16k,nr_inodes=64,mode=0555 roost-hidden "${op#d:}" \
            || fail "cannot hide ${op#d:}" ;;
     r:*) "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "${op#r:}" || fail "cannot seal ${op#r:}" ;;
     f:*) "$mnt" --bind /dev/null "${op#f:}" || fail "cannot hide ${op#f:}" ;;
-    b:*) rest=${op#b:}; fd=${rest%%:*}; dir=${rest#*:}
-         mkdir -p "$dir" && "$mnt" --no-canonicalize --bind "/proc/self/fd/$fd" "$dir" \
-           || fail "cannot show $dir" ;;
+    b:*|B:*) rest=${op#?:}; fd=${rest%%:*}; rel=${rest#*:}; eval "base=\$d$fd"
+         target="$base/$rel"; [ "$rel" = . ] && target=$base
+         case $op in
+           b:*) mkdir -p "$target" ;;
+           *) [ -e "$target" ] || { mkdir -p "${target%/*}" && : > "$target"; } ;;
+         esac && "$mnt" --no-canonicalize --bind "/proc/self/fd/$fd/$rel" "$target" \
+           || fail "cannot show $target" ;;
+    R:*) p=${op#R:}
+         "$mnt" -o remount,bind,ro "$p" 2>/dev/null || "$mnt" -o remount,bind,ro,nosuid,nodev "$p" 2>/dev/null \
+           || "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "$p" || fail "cannot make $p read-only" ;;
   esac
 done
 shift
@@ -71,7 +79,8 @@ wait $!
 """pid 1 of the command's PID namespace. It keeps its capabilities (inside the namespace
 only) and never runs the command's code; the command runs as its child without any."""
 _MAX_OPEN_DIRS = 7
-"""fds 3..9 are free in the setup shell."""
+"""fds 3..9 are free in the setup shell: one per covered directory with something inside
+it to show again."""
 
 
 class SandboxUnavailable(Exception):
@@ -110,12 +119,16 @@ def _with_companions(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
-def plan_mounts(hidden: Iterable[Path], exposed: Iterable[Path]) -> MountPlan:
-    """Cover every hidden path, and keep every exposed directory visible even when it lies
-    inside a hidden one; a hidden path inside an exposed directory is covered after it is
-    bound back. Paths that do not exist are skipped (there is nothing to read)."""
+def plan_mounts(
+    hidden: Iterable[Path], exposed: Iterable[Path], read_only: Iterable[Path] = ()
+) -> MountPlan:
+    """Cover every hidden path, and keep every exposed path (directory or file) visible
+    even when it lies inside a hidden one — read-only if it is in `read_only`; a hidden
+    path inside an exposed directory is covered after it is bound back. Paths that do not
+    exist are skipped (there is nothing to read)."""
     hide = _resolve(_with_companions(hidden))
-    show = [p for p in _resolve(exposed) if p.is_dir()]
+    show = _resolve(exposed)
+    frozen = set(_resolve(read_only))
     # Ancestors first; at equal paths the cover goes on before the bind-back (shown wins).
     events = sorted(
         [(len(p.parts), 0, p) for p in hide] + [(len(p.parts), 1, p) for p in show]
@@ -130,23 +143,33 @@ def plan_mounts(hidden: Iterable[Path], exposed: Iterable[Path]) -> MountPlan:
                 depth, state = len(done.parts), is_hidden
         return state
 
-    opens: list[str] = []
+    def cover_of(path: Path) -> Path:
+        """The applied cover that hides `path` (the deepest hidden entry above it)."""
+        return max((d for d, h in applied if h and _inside(path, d)), key=lambda d: len(d.parts))
+
+    fds: dict[Path, int] = {}
     ops: list[str] = []
+    bound: set[Path] = set()
     for _, kind, path in events:
         if kind == 0:
             if not hidden_now(path):
                 ops.append(f"{'d' if path.is_dir() else 'f'}:{path}")
                 applied.append((path, True))
         elif hidden_now(path):
-            fd = 3 + len(opens)
-            if fd > 2 + _MAX_OPEN_DIRS:
-                raise ValueError("too many directories to expose")
-            opens.append(f"o:{fd}:{path}")
-            ops.append(f"b:{fd}:{path}")
+            cover = cover_of(path)
+            if cover not in fds:
+                if len(fds) >= _MAX_OPEN_DIRS:
+                    raise ValueError("too many covered directories with something to show")
+                fds[cover] = 3 + len(fds)
+            rel = path.relative_to(cover).as_posix()
+            ops.append(f"{'b' if path.is_dir() else 'B'}:{fds[cover]}:{rel}")
+            if path in frozen:
+                ops.append(f"R:{path}")
+            bound.add(path)
             applied.append((path, False))
-    # A tmpfs with a directory bound exactly onto it is no longer the top mount there.
-    bound = {op.split(":", 2)[2] for op in ops if op.startswith("b:")}
-    seal = [f"r:{op[2:]}" for op in ops if op.startswith("d:") and op[2:] not in bound]
+    opens = [f"o:{fd}:{cover}" for cover, fd in fds.items()]
+    # A tmpfs with something bound exactly onto it is no longer the top mount there.
+    seal = [f"r:{op[2:]}" for op in ops if op.startswith("d:") and Path(op[2:]) not in bound]
     return MountPlan(tuple(opens + ops + seal))
 
 
@@ -185,12 +208,21 @@ class Sandbox:
             self._tools = {k: v for k, v in found.items() if v}
         return self._tools
 
-    def argv(self, command: str, workdir: Path, exposed: Sequence[Path] = ()) -> list[str]:
-        """The program to start for `command` (run with `sh -c` in `workdir`)."""
+    def argv(
+        self,
+        command: str,
+        workdir: Path,
+        exposed: Sequence[Path] = (),
+        *,
+        also_hidden: Sequence[Path] = (),
+        read_only: Sequence[Path] = (),
+    ) -> list[str]:
+        """The program to start for `command` (run with `sh -c` in `workdir`). A sub scope
+        passes its workspace in `also_hidden` and its allow-list in `exposed`."""
         if not self.enabled:
             return ["/bin/sh", "-c", command]
         tools = self._binaries()
-        plan = plan_mounts(self.hidden, [*exposed, workdir])
+        plan = plan_mounts([*self.hidden, *also_hidden], [*exposed, workdir], read_only)
         return [
             tools["unshare"], "--user", "--map-root-user", "--pid", "--fork", "--kill-child",
             "--mount-proc", "--mount", "--propagation", "private", "--",
