@@ -5,6 +5,7 @@ transcript that is valid for the Messages API at every await."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import uuid
@@ -28,7 +29,7 @@ from agent_core.prompt import ContextParts, request_messages, system_blocks, too
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
 from agent_core.tools import Messenger, ToolContext, ToolRegistry
-from agent_core.text import clean_json
+from agent_core.text import clean_json, is_clean
 from agent_core.transcript import repair, size_of, tool_use_ids, unique_tool_ids, window
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class AgentLoop:
         # Per model: the history budget a "prompt is too long" taught us, so later runs fit
         # at once instead of paying a refused request each.
         self._learned_budget: dict[str, int] = {}
+        self._tool_defs: tuple[tuple[str, ...], list[dict[str, Any]]] | None = None
 
     async def run(self, request: RunRequest) -> AsyncIterator[Event]:
         """Yield the run's events: RunStarted first, RunFinished or RunFailed last.
@@ -124,23 +126,27 @@ class AgentLoop:
     async def _run(self, request: RunRequest, emit: Callable[[Event], Any]) -> None:
         model = request.model or self.config.model
         run_id = request.run_id
-        await self._store.start_run(run_id, request.session_key, model)
+        content = clean_json(request.content)
+        # One transaction records the run, reads the conversation and stores the user's
+        # message: it is durable before the model is called.
+        stored = await self._store.begin_run(run_id, request.session_key, model, content)
         await emit(RunStarted(run_id, request.session_key))
         budget = min(self.config.history_budget_chars, self._learned_budget.get(model, 1 << 62))
         state = _RunState(budget=budget)
+        finish = functools.partial(self._finish, request, state)
         try:
             # Cleaned again on load: rows written before text was cleaned at every entrance
             # must not wedge the session.
-            history = repair(clean_json(await self._store.load_transcript(request.session_key)))
+            history = repair(stored if is_clean(stored) else clean_json(stored))
             # Ids of the whole epoch, so a reused one is renamed even when its first use is
             # outside the window (a later window may include both).
             state.taken = tool_use_ids(history)
             messages = window(history, state.budget)
             state.run_start = len(messages)
-            await self._append(request, "user", request.content, messages)
+            messages.append({"role": "user", "content": content})
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
-            tool_defs = tool_definitions(self._tools.schemas())
+            tool_defs = self._tool_definitions()
             ctx = self._tool_context(request)
             grants: set[str] = set()  # unused: the runner looks up exact-input grant rules per call
             try:
@@ -150,30 +156,28 @@ class AgentLoop:
                 state.text += notice
                 await emit(TextDelta(notice))
                 state.stop_reason = stop.reason
-            await self._store.finish_run(run_id, "finished", state.stop_reason, state.turns, state.usage)
+            await finish("finished", state.stop_reason)
             await emit(
                 RunFinished(run_id, state.stop_reason, state.turns, state.usage, state.text, state.model or model)
             )
         except LLMBadRequest as exc:
             # Already retried once with a repaired, trimmed conversation: say so plainly.
             log.warning("run.request_rejected_twice", extra={"run": run_id, "detail": exc.detail})
-            await self._store.finish_run(run_id, "failed", "invalid_request", state.turns, state.usage)
+            await finish("failed", "invalid_request")
             await emit(RunFailed(run_id, _rejected_message(exc), "invalid_request", state.usage))
         except LLMError as exc:
-            await self._store.finish_run(run_id, "failed", type(exc).__name__, state.turns, state.usage)
+            await finish("failed", type(exc).__name__)
             await emit(RunFailed(run_id, str(exc), type(exc).__name__, state.usage))
         except _Malformed as exc:
-            await self._store.finish_run(run_id, "failed", "malformed_output", state.turns, state.usage)
+            await finish("failed", "malformed_output")
             await emit(RunFailed(run_id, str(exc), "malformed_output", state.usage))
         except asyncio.CancelledError:
-            await asyncio.shield(
-                self._store.finish_run(run_id, "cancelled", "cancelled", state.turns, state.usage)
-            )
+            await finish("cancelled", "cancelled")
             raise
         except Exception as exc:
             # A bug of ours must still end the run visibly, never leave the user waiting.
             log.exception("run.crashed", extra={"run": run_id, "session": request.session_key})
-            await self._store.finish_run(run_id, "failed", "internal_error", state.turns, state.usage)
+            await finish("failed", "internal_error")
             await emit(
                 RunFailed(run_id, f"Roost hit an internal error ({type(exc).__name__}); it has been logged.",
                           "internal_error", state.usage)
@@ -203,7 +207,13 @@ class AgentLoop:
             # gave: rename repeats before anything stores or runs them.
             content, pairs = unique_tool_ids(done.content, state.taken)
             calls = [ToolCall(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"]
-            if content:
+            if content and not calls:
+                # The final answer is stored with the run's end, in one transaction.
+                content = clean_json(content)
+                messages.append({"role": "assistant", "content": content})
+                state.final = content
+            elif content:
+                # Stored before any of its tool calls runs.
                 await self._append(request, "assistant", content, messages)
             if not calls:
                 state.stop_reason = done.stop_reason
@@ -269,6 +279,26 @@ class AgentLoop:
                 self._learned_budget[model] = min(self._learned_budget.get(model, state.budget), state.budget)
         sent = self._sendable(messages, state)
         return await self._stream(LLMRequest(model, system, tool_defs, sent, self.config.max_tokens), state, emit)
+
+    def _tool_definitions(self) -> list[dict[str, Any]]:
+        # Built once per tool set: copying every schema on every run cost milliseconds, and
+        # the same list keeps the cached prompt prefix byte-identical. Never mutated.
+        names = tuple(self._tools.names())
+        if self._tool_defs is None or self._tool_defs[0] != names:
+            self._tool_defs = (names, tool_definitions(self._tools.schemas()))
+        return self._tool_defs[1]
+
+    async def _finish(self, request: RunRequest, state: _RunState, status: str, stop_reason: str) -> None:
+        """Close the run, storing its final answer in the same transaction. Shielded: a
+        cancellation must not leave the answer stored without its run closed, or stored
+        twice by the cancellation path's own finish."""
+        final, state.final = state.final, None
+        await asyncio.shield(
+            self._store.finish_run(
+                request.run_id, status, stop_reason, state.turns, state.usage,
+                session_key=request.session_key, last_message=final,
+            )
+        )  # fmt: skip
 
     def _sendable(self, messages: list[dict[str, Any]], state: _RunState) -> list[dict[str, Any]]:
         if state.trimmed:
@@ -351,6 +381,8 @@ class _RunState:
     """Every tool_use id in the conversation so far."""
     run_start: int = 0
     """Index of this run's user message in the in-memory conversation."""
+    final: list[dict[str, Any]] | None = None
+    """The final answer, not yet stored: stored by the run's finish."""
     trimmed: bool = False
     """The service refused a request once; later ones send only this run's messages."""
     streamed: bool = False

@@ -48,9 +48,26 @@ class TranscriptStore(Protocol):
 class RunStore(Protocol):
     async def start_run(self, run_id: str, session_key: str, model: str) -> None: ...
 
+    async def begin_run(
+        self, run_id: str, session_key: str, model: str, content: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """start_run + load_transcript + append_message(user `content`) in one transaction;
+        returns the transcript before `content`."""
+        ...
+
     async def finish_run(
-        self, run_id: str, status: str, stop_reason: str, turns: int, usage: Usage
-    ) -> None: ...
+        self,
+        run_id: str,
+        status: str,
+        stop_reason: str,
+        turns: int,
+        usage: Usage,
+        *,
+        session_key: str | None = None,
+        last_message: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """With `last_message`, also appends the run's final assistant message, atomically."""
+        ...
 
     async def record_tool_call(
         self, run_id: str, call_id: str, name: str, input: dict[str, Any]

@@ -9,13 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 
 from agent_core.events import Usage
 from agent_core.text import clean_json, clean_text
 from bot.storage.base import RepositoryBase
 from bot.storage.models import RunModel, ToolCallModel
 from bot.storage.records import RunRow, SessionUsage, ToolCallRow
+from bot.storage.sessions import message_insert, transcript_select
 
 
 def _run_row(m: RunModel) -> RunRow:
@@ -50,26 +51,55 @@ class RunRepository(RepositoryBase):
     async def start_run(self, run_id: str, session_key: str, model: str) -> None:
         """Record a run as `running`. Must precede its tool calls (they reference it)."""
         async with self._tx() as s:
-            s.add(
-                RunModel(
-                    id=run_id,
-                    session_key=session_key,
-                    model=clean_text(model),
-                    status="running",
-                    turns=0,
-                    input_tokens=0,
-                    output_tokens=0,
-                    cache_read_tokens=0,
-                    cache_creation_tokens=0,
-                    started_at=self._now(),
-                )
-            )
+            await s.execute(self._run_insert(run_id, session_key, model))
+
+    async def begin_run(
+        self, run_id: str, session_key: str, model: str, content: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """`start_run`, `load_transcript` and `append_message(user content)` in one
+        transaction: returns the transcript as it was before `content`, which is stored
+        (committed) when this returns."""
+        now = self._now()
+        async with self._tx() as s:
+            await s.execute(self._run_insert(run_id, session_key, model))
+            rows = await s.execute(transcript_select(session_key))
+            history = [{"role": role, "content": content} for role, content in rows]
+            await s.execute(message_insert(session_key, run_id, "user", content, now))
+            return history
+
+    def _run_insert(self, run_id: str, session_key: str, model: str) -> Any:
+        return insert(RunModel).values(
+            id=run_id,
+            session_key=session_key,
+            model=clean_text(model),
+            status="running",
+            turns=0,
+            input_tokens=0,
+            output_tokens=0,
+            cache_read_tokens=0,
+            cache_creation_tokens=0,
+            started_at=self._now(),
+        )
 
     async def finish_run(
-        self, run_id: str, status: str, stop_reason: str, turns: int, usage: Usage
+        self,
+        run_id: str,
+        status: str,
+        stop_reason: str,
+        turns: int,
+        usage: Usage,
+        *,
+        session_key: str | None = None,
+        last_message: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Close a run with its final status and token usage (last write wins)."""
+        """Close a run with its final status and token usage (last write wins). With
+        `last_message`, the run's final assistant message is appended to `session_key`'s
+        transcript in the same transaction."""
         async with self._tx() as s:
+            if last_message:
+                if session_key is None:
+                    raise ValueError("finish_run: last_message needs its session_key")
+                await s.execute(message_insert(session_key, run_id, "assistant", last_message, self._now()))
             await s.execute(
                 update(RunModel)
                 .where(RunModel.id == run_id)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, update
+from datetime import datetime
+
+from sqlalchemy import func, insert, select, update
 
 from agent_core.text import clean_json, clean_text
 from bot.storage.base import RepositoryBase
@@ -16,7 +18,12 @@ from bot.storage.models import MessageModel, SessionModel
 from bot.storage.records import SessionRow, SessionScope, TranscriptRow, UnknownSession
 
 
-def _session_row(m: SessionModel) -> SessionRow:
+def _session_select(key: str) -> Any:
+    """The session's columns as a plain row (attribute names as on SessionModel)."""
+    return select(*SessionModel.__table__.columns).where(SessionModel.key == key)
+
+
+def _session_row(m: Any) -> SessionRow:
     return SessionRow(
         key=m.key,
         scope=m.scope,  # type: ignore[arg-type]  # only ever written from SessionScope
@@ -36,6 +43,30 @@ def _current_epoch(session_key: str) -> Any:
     )
 
 
+def message_insert(
+    session_key: str, run_id: str | None, role: str, content: list[dict[str, Any]], now: datetime
+) -> Any:
+    """INSERT of one transcript message into the session's current epoch, text cleaned."""
+    return insert(MessageModel).values(
+        session_key=session_key,
+        epoch=_current_epoch(session_key),
+        run_id=run_id,
+        role=role,
+        content=clean_json(content),
+        created_at=now,
+    )
+
+
+def transcript_select(session_key: str) -> Any:
+    """SELECT role, content of the session's current epoch, oldest first (plain rows: no ORM
+    objects to build on the hot path of every run)."""
+    return (
+        select(MessageModel.role, MessageModel.content)
+        .where(MessageModel.session_key == session_key, MessageModel.epoch == _current_epoch(session_key))
+        .order_by(MessageModel.id)
+    )
+
+
 class SessionRepository(RepositoryBase):
     async def ensure_session(
         self,
@@ -49,6 +80,10 @@ class SessionRepository(RepositoryBase):
         shared across platforms)."""
         now = self._now()
         async with self._tx() as s:
+            # The common case, a known session, costs one plain SELECT.
+            row = (await s.execute(_session_select(key))).first()
+            if row is not None:
+                return _session_row(row)
             stmt = (
                 self._insert(SessionModel)
                 .values(
@@ -63,12 +98,11 @@ class SessionRepository(RepositoryBase):
                 .on_conflict_do_nothing(index_elements=["key"])
             )
             await s.execute(stmt)
-            row = await s.get_one(SessionModel, key)
-            return _session_row(row)
+            return _session_row((await s.execute(_session_select(key))).one())
 
     async def get_session(self, key: str) -> SessionRow | None:
         async with self._tx() as s:
-            row = await s.get(SessionModel, key)
+            row = (await s.execute(_session_select(key))).first()
             return None if row is None else _session_row(row)
 
     async def new_epoch(self, key: str) -> SessionRow:
@@ -102,22 +136,13 @@ class SessionRepository(RepositoryBase):
     ) -> None:
         """Append one Messages API message to the session's current epoch."""
         async with self._tx() as s:
-            await s.execute(
-                self._insert(MessageModel).values(
-                    session_key=session_key,
-                    epoch=_current_epoch(session_key),
-                    run_id=run_id,
-                    role=role,
-                    content=clean_json(content),
-                    created_at=self._now(),
-                )
-            )
+            await s.execute(message_insert(session_key, run_id, role, content, self._now()))
 
     async def load_transcript(self, session_key: str) -> list[dict[str, Any]]:
         """The current epoch's messages, oldest first, as {"role", "content"} dicts."""
-        return [
-            {"role": r.role, "content": r.content} for r in await self.transcript_rows(session_key)
-        ]
+        async with self._tx() as s:
+            rows = await s.execute(transcript_select(session_key))
+            return [{"role": role, "content": content} for role, content in rows]
 
     async def transcript_rows(
         self, session_key: str, *, epoch: int | None = None
