@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -112,22 +113,26 @@ async def make_harness(
     approval_ttl_s: float = 60.0,
     now: Callable[[], datetime] | None = None,
     db_url: str | None = None,
+    wrap_store: Callable[[Storage], Any] | None = None,
 ) -> CoreHarness:
-    """`db_url`: an empty database to use (default: a fresh SQLite file under tmp_path)."""
+    """`db_url`: an empty database to use (default: a fresh SQLite file under tmp_path).
+    `wrap_store`: what the loop and the tool runner write through, given the real storage
+    (e.g. one that stops writing after N writes, as a crash would)."""
     root = tmp_path / "workspace"
     ensure_workspace(root)
     storage = await Storage.open(db_url or f"sqlite+aiosqlite:///{tmp_path / 'roost.db'}")
     executed: list[str] = []
     registry = ToolRegistry(test_tools(executed))
     gate = ApprovalGate(storage, approvers=[OWNER], ttl_s=approval_ttl_s)
-    runner = ToolRunner(registry, gate, storage, default_timeout_s=5.0)
+    store = wrap_store(storage) if wrap_store else storage
+    runner = ToolRunner(registry, gate, store, default_timeout_s=5.0)
     llm = AnthropicLLM(api_key="test-key", base_url=fake.base_url, max_retries=0)
     kwargs = {"now": now} if now else {}
     loop = AgentLoop(
         llm=llm,
         tools=registry,
         runner=runner,
-        store=storage,
+        store=store,
         context=lambda key, scope, at: build_context(root, key, scope, at),
         tool_context=lambda req: ToolContext(req.session_key, req.scope, root, req.run_id),
         config=config,
