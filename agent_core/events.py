@@ -108,6 +108,47 @@ class RunFailed:
     type: Literal["run_failed"] = "run_failed"
 
 
+@dataclass(frozen=True, slots=True)
+class PlanProgress:
+    """The session's plan changed: shown as one status line ("step 2/4: restart web (done
+    when: status is active)")."""
+
+    plan_id: str
+    step: int
+    """1-based index of the current step (== total when the plan is complete)."""
+    total: int
+    title: str
+    done_when: str
+    state: Literal["active", "done", "aborted", "failed"] = "active"
+    type: Literal["plan_progress"] = "plan_progress"
+
+    def line(self) -> str:
+        if self.state == "done":
+            return f"✓ plan done ({self.total}/{self.total})"
+        if self.state in ("aborted", "failed"):
+            return f"✗ plan {self.state} at step {self.step}/{self.total}: {self.title}"
+        return f"step {self.step}/{self.total}: {self.title} (done when: {self.done_when})"
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionAsked:
+    """The run paused on `ask_user`; the question itself is delivered to the chat."""
+
+    question_id: str
+    text: str
+    options: tuple[str, ...] = ()
+    type: Literal["question_asked"] = "question_asked"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkersChanged:
+    """Workers of this run started or finished ("2 workers running")."""
+
+    running: int
+    finished: int
+    type: Literal["workers_changed"] = "workers_changed"
+
+
 Event = (
     RunStarted
     | TextDelta
@@ -118,4 +159,7 @@ Event = (
     | ApprovalResolved
     | RunFinished
     | RunFailed
+    | PlanProgress
+    | QuestionAsked
+    | WorkersChanged
 )

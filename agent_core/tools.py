@@ -56,6 +56,20 @@ class ToolContext:
     """Identity of the person whose message started the run (audit, rate limits)."""
     extra_roots: tuple[str, ...] = ()
     """Workspace-relative folders the owner shared with this (sub) scope, beyond its own."""
+    emit: Callable[[Any], Awaitable[None]] | None = None
+    """The run's event stream (set by the loop): tools such as `plan` report progress."""
+    end: RunEnd | None = None
+    """Set by a tool to end the run after this turn's results are stored (plan abort,
+    too many unsupported advances)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """A tool's request to end the run honestly: `message` is shown to the user as is."""
+
+    reason: str
+    message: str
+    failed: bool = False
 
 
 I = TypeVar("I", bound=BaseModel)

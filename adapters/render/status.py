@@ -7,7 +7,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent_core.events import ApprovalRequested, ApprovalResolved, Event, ToolFinished, ToolStarted
+from agent_core.events import (
+    ApprovalRequested,
+    ApprovalResolved,
+    Event,
+    PlanProgress,
+    QuestionAsked,
+    ToolFinished,
+    ToolStarted,
+    WorkersChanged,
+)
 
 MAX_DETAIL = 60
 _MD_SPECIAL = re.compile(r"([\\`*_~|>#\[\]()])")
@@ -82,6 +91,8 @@ class ToolBoard:
     def __init__(self) -> None:
         self._tools: dict[str, ToolStatus] = {}
         self._approvals: dict[str, str] = {}  # approval id → call id
+        self._plan = ""  # "step 2/4: restart web (done when: status is active)"
+        self._workers = ""  # "2 workers running"
 
     def apply(self, event: Event) -> bool:
         """Update from a tool or approval event; False for events it does not track."""
@@ -95,6 +106,13 @@ class ToolBoard:
             case ApprovalRequested(approval_id=aid, call_id=cid, tool_name=name):
                 self._approvals[aid] = cid
                 self._tools.setdefault(cid, ToolStatus(name)).state = "waiting"
+            case PlanProgress():
+                self._plan = f"📋 {event.line()}"
+            case WorkersChanged(running=running, finished=finished):
+                self._workers = (f"👷 {running} worker{'s' if running != 1 else ''} running" if running
+                                 else f"👷 {finished} worker{'s' if finished != 1 else ''} done")  # fmt: skip
+            case QuestionAsked():
+                return False  # the question is its own message; the ask_user line says it waits
             case ApprovalResolved(approval_id=aid, decision=decision):
                 status = self._tools.get(self._approvals.get(aid, ""))
                 if status is None or status.state != "waiting":
@@ -108,5 +126,6 @@ class ToolBoard:
 
     def lines(self, max_lines: int, markdown: bool = False) -> list[str]:
         """Status lines, newest last; escaped for a Markdown platform if `markdown`."""
-        lines = status_block(self._tools.values(), max_lines)
+        pinned = [line for line in (self._plan, self._workers) if line]
+        lines = pinned + status_block(self._tools.values(), max(1, max_lines - len(pinned)))
         return [escape_markdown(line) for line in lines] if markdown else lines

@@ -352,3 +352,73 @@ class NoticeSentModel(Base):
     kind: Mapped[str] = mapped_column(String(32), primary_key=True)
     ref: Mapped[str] = mapped_column(String(128), primary_key=True)
     sent_at: Mapped[datetime]
+
+
+class PlanModel(Base):
+    """A session's plan (agent_core.plans): steps with done_when and evidence, the current
+    step, consecutive unsupported advances."""
+
+    __tablename__ = "plans"
+    __table_args__ = (Index(None, "session_key", "state"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    run_id: Mapped[str] = mapped_column(String(64))
+    steps: Mapped[list[Any]]
+    current: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    corrections: Mapped[int] = mapped_column(Integer)
+    outcome: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class GoalLockModel(Base):
+    """The goal and constraints pinned into every request of a session."""
+
+    __tablename__ = "goal_locks"
+
+    session_key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    goal: Mapped[str] = mapped_column(Text)
+    constraints: Mapped[list[Any]]
+    reason: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime]
+
+
+class QuestionModel(Base):
+    """An ask_user question: the run waits on it; the addressee's answer resumes the run (after
+    a restart, as the pending tool_use's result)."""
+
+    __tablename__ = "questions"
+    __table_args__ = (Index(None, "session_key", "state"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    run_id: Mapped[str] = mapped_column(String(64))
+    call_id: Mapped[str] = mapped_column(String(128))
+    addressee: Mapped[str] = mapped_column(String(128))
+    text: Mapped[str] = mapped_column(Text)
+    options: Mapped[list[Any]]
+    state: Mapped[str] = mapped_column(String(16))
+    answer: Mapped[str | None] = mapped_column(Text)
+    answered_by: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[datetime]
+    answered_at: Mapped[datetime | None]
+
+
+class WorkerRunModel(Base):
+    """A worker spawned by a run (agent_core.workers); its own run is a `runs` row with the
+    same id."""
+
+    __tablename__ = "worker_runs"
+    __table_args__ = (Index(None, "parent_run_id"), Index(None, "status"))
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    parent_run_id: Mapped[str] = mapped_column(String(64))
+    session_key: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(128))
+    task: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))
+    result: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]

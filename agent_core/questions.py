@@ -1,0 +1,147 @@
+"""`ask_user` questions: a row first, then the question in the chat, then the run waits.
+
+The addressee's next message (or button press) answers it: while the run waits in this
+process the answer resolves its future and the same run goes on; after a restart the
+question row is still pending and `resume` is called to continue from the stored transcript.
+Only the addressee's press counts; anyone else's is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, Protocol, runtime_checkable
+
+from agent_core.events import QuestionAsked
+from agent_core.tools import ToolContext, ToolError
+
+log = logging.getLogger(__name__)
+
+QuestionState = Literal["pending", "answered", "cancelled"]
+PREFIX = "ask:"
+NOT_YOURS = "This question isn't for you."
+STALE = "This question was already answered or is closed."
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    id: str
+    session_key: str
+    run_id: str
+    addressee: str
+    text: str
+    options: tuple[str, ...] = ()
+    call_id: str = ""
+    state: QuestionState = "pending"
+    answer: str | None = None
+    answered_by: str | None = None
+    created_at: datetime = datetime.min.replace(tzinfo=UTC)
+
+
+class QuestionStore(Protocol):
+    async def add_question(self, question: Question) -> None: ...
+
+    async def get_question(self, question_id: str) -> Question | None: ...
+
+    async def pending_question(self, session_key: str) -> Question | None:
+        """The session's newest pending question."""
+        ...
+
+    async def close_question(
+        self, question_id: str, state: QuestionState, answer: str | None, by: str | None
+    ) -> bool:
+        """Atomically move a pending question to `state`; False if it was not pending."""
+        ...
+
+
+@runtime_checkable
+class ChoiceMessenger(Protocol):
+    """A messenger that can offer buttons; `action` comes back through the platform's button
+    path (see `QuestionDesk.press`)."""
+
+    async def send_choices(self, text: str, choices: Sequence[tuple[str, str]]) -> str: ...
+
+
+Resume = Callable[[Question, str, str], Awaitable[None]]
+"""(question, answer, identity): continue a run a restart cut off, from its transcript."""
+
+AnswerOutcome = Literal["answered", "resumed", "none"]
+
+
+class QuestionDesk:
+    """See the module docstring. One per process."""
+
+    def __init__(self, store: QuestionStore, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self._store = store
+        self._now = now
+        self._waiting: dict[str, asyncio.Future[tuple[str, str]]] = {}
+        self.resume: Resume | None = None
+
+    async def ask(self, ctx: ToolContext, text: str, options: Sequence[str]) -> str:
+        """Store the question, show it, wait for the addressee's answer; returns the answer."""
+        if ctx.messenger is None:
+            raise ToolError("ask_user is not available here (no chat to ask in).")
+        question = Question(
+            uuid.uuid4().hex[:16], ctx.session_key, ctx.run_id, ctx.requester or "owner", text.strip(),
+            tuple(o.strip() for o in options if o.strip())[:8], created_at=self._now(),
+        )  # fmt: skip
+        future: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
+        self._waiting[question.id] = future
+        try:
+            await self._store.add_question(question)  # a row before it is a prompt
+            if ctx.emit is not None:
+                await ctx.emit(QuestionAsked(question.id, question.text, question.options))
+            shown = f"❓ {question.text}"
+            if question.options and isinstance(ctx.messenger, ChoiceMessenger):
+                choices = [(o, f"{PREFIX}{question.id}:{i}") for i, o in enumerate(question.options)]
+                await ctx.messenger.send_choices(shown, choices)
+            else:
+                if question.options:
+                    shown += "\n" + "\n".join(f"{i + 1}. {o}" for i, o in enumerate(question.options))
+                await ctx.messenger.send(shown)
+            answer, by = await future
+        except BaseException:
+            # Stopped, timed out or failed to show: the question is closed, never left live.
+            await asyncio.shield(self._store.close_question(question.id, "cancelled", None, None))
+            raise
+        finally:
+            self._waiting.pop(question.id, None)
+        return f"The user ({by}) answered: {answer}"
+
+    async def answer(self, session_key: str, identity: str, text: str) -> AnswerOutcome:
+        """A message in `session_key`: if it is the addressee's answer to a pending question,
+        take it ("answered": the waiting run goes on; "resumed": a cut-off run continues)."""
+        question = await self._store.pending_question(session_key)
+        if question is None or question.addressee != identity:
+            return "none"
+        return await self._settle(question, text, identity)
+
+    async def press(self, action: str, identity: str) -> tuple[bool, str]:
+        """A button `ask:<id>:<n>`: (done, text for the presser)."""
+        qid, _, index = action[len(PREFIX):].partition(":")
+        question = await self._store.get_question(qid)
+        if question is None or question.state != "pending" or not index.isdigit():
+            return False, STALE
+        if question.addressee != identity:
+            log.info("question.button_refused", extra={"identity": identity, "question": qid})
+            return False, NOT_YOURS
+        if int(index) >= len(question.options):
+            return False, STALE
+        choice = question.options[int(index)]
+        outcome = await self._settle(question, choice, identity)
+        return (outcome != "none"), (f"✓ {choice}" if outcome != "none" else STALE)
+
+    async def _settle(self, question: Question, text: str, identity: str) -> AnswerOutcome:
+        if not await self._store.close_question(question.id, "answered", text, identity):
+            return "none"  # answered a moment ago (a double press)
+        future = self._waiting.get(question.id)
+        if future is not None and not future.done():
+            future.set_result((text, identity))
+            return "answered"
+        if self.resume is not None:
+            await self.resume(question, text, identity)
+        return "resumed"

@@ -1,0 +1,79 @@
+"""Structured execution in the chat: `/plan`, `ask:` buttons, and continuing a run a restart
+cut off while it waited for an answer (the pending ask_user tool_use gets the answer as its
+tool_result in the stored transcript, then a run continues from there)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from adapters.base import ButtonAnswer
+from agent_core.inbound import Inbound
+from agent_core.questions import PREFIX as QUESTION_PREFIX
+from agent_core.questions import Question
+from agent_core.transcript import INTERRUPTED_RESULT
+from bot.router import Accept
+from bot.session_keys import scope_of
+
+if TYPE_CHECKING:
+    from bot.conversations import Conversations, Pending
+
+__all__ = ["QUESTION_PREFIX", "answer_into_transcript", "plan_command", "press_question", "resumed_pending"]
+
+log = logging.getLogger(__name__)
+
+RESUMED_NOTE = "(My answer to your question is above; Roost restarted while you were waiting. Please continue.)"
+
+
+async def plan_command(c: Conversations, session_key: str) -> str:
+    plan = await c.storage.latest_plan(session_key)
+    lock = await c.storage.goal_lock(session_key)
+    parts = []
+    if lock is not None:
+        parts.append(lock.pinned().replace(" (locked; change it only with the plan tool's set_goal and a reason)", ""))
+    if plan is not None:
+        parts.append(plan.describe())
+    return "\n\n".join(parts) if parts else "No plan in this chat yet. Ask me for a multi-step task."
+
+
+async def press_question(c: Conversations, action: str, identity: str) -> ButtonAnswer:
+    """An `ask:<id>:<n>` button: only the addressee's press answers."""
+    if c.questions is None:
+        return ButtonAnswer("This button is no longer active.", done=False)
+    done, text = await c.questions.press(action, identity)
+    return ButtonAnswer(text, done=done)
+
+
+async def answer_into_transcript(c: Conversations, question: Question, answer: str, identity: str) -> None:
+    """After a restart: store the answer as the tool_result of the pending ask_user call (and
+    an interrupted result for any call beside it), so the next run continues the task."""
+    transcript = await c.storage.load_transcript(question.session_key)
+    last = transcript[-1] if transcript else None
+    if last is None or last["role"] != "assistant":
+        log.info("question.resume_without_pending_call", extra={"question": question.id})
+        return
+    results = []
+    for block in last["content"]:
+        if block.get("type") != "tool_use":
+            continue
+        content = f"The user ({identity}) answered: {answer}" if block.get("name") == "ask_user" else INTERRUPTED_RESULT
+        results.append({"type": "tool_result", "tool_use_id": block["id"], "content": content})
+    if results:
+        await c.storage.append_message(question.session_key, question.run_id, "user", results)
+
+
+async def resumed_pending(c: Conversations, question: Question, identity: str) -> Pending | None:
+    """The lane item that continues a question's session after a restart (its chat is the
+    session's; the text says why the run continues)."""
+    from bot.conversations import Pending  # the lane's item type; imported late (cycle)
+
+    session = await c.storage.get_session(question.session_key)
+    if session is None or session.platform is None or session.chat_id is None or session.platform not in c.adapters:
+        return None
+    parts = question.session_key.split(":")
+    thread = parts[3] if question.session_key.startswith("group:") and len(parts) > 3 else None
+    kind = "group" if question.session_key.startswith("group:") else "private"
+    inbound = Inbound(session.platform, kind, session.chat_id, identity.partition(":")[2], "", RESUMED_NOTE,
+                      thread_id=thread)  # fmt: skip
+    route = Accept(question.session_key, scope_of(question.session_key), c.router.is_owner_identity(identity))
+    return Pending(inbound, route)
