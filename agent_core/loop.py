@@ -9,7 +9,7 @@ import functools
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +62,9 @@ class RunRequest:
     """Delivers send_message calls to the chat this run answers."""
     requester: str = ""
     """Identity of the person whose message started the run (e.g. "telegram:123")."""
+    steer: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    """Queue mode `steer`: asked at each tool boundary for user text that arrived meanwhile;
+    its blocks join the tool results' user message (after them, so the transcript stays valid)."""
 
 
 class _Stop(Exception):
@@ -234,7 +237,8 @@ class AgentLoop:
                 ]
                 await self._append(request, "user", cancelled, messages)
                 raise
-            await self._append(request, "user", [o.as_block() for o in outcomes], messages)
+            steered = await request.steer() if request.steer is not None else []
+            await self._append(request, "user", [*(o.as_block() for o in outcomes), *steered], messages)
             if malformed and corrections >= self.config.max_corrections:
                 raise _Malformed(
                     f"Stopped: the model sent malformed tool calls {corrections} times in a row. "

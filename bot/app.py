@@ -216,6 +216,7 @@ async def build(
             ),
         )
         stack.push_async_callback(conversations.aclose)
+        conversations.lanes.load_modes(await storage.queue_modes())  # each session's /queue choice
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
         conversations.jobs = JobRuns(storage, scheduler)

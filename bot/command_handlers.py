@@ -14,7 +14,9 @@ from bot.cli_grants import chat_command as grants_chat_command
 from bot.commands import HELP, Command, estimate_cost
 from bot.roles import AccessManager, GroupCommandPolicy, parse_target
 from bot.router import Accept
+from bot.queue_modes import queue_command
 from bot.scheduling.chat import jobs_command
+from bot.usage_report import usage_text
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations
@@ -110,6 +112,15 @@ class CommandHandlers:
 
     async def _cmd_jobs(self, command: Command, inbound: Inbound, route: Accept) -> str:
         return await jobs_command(self._c, inbound, route)
+
+    async def _cmd_queue(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        return await queue_command(self._c, command, inbound, route)
+
+    async def _cmd_usage(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        """The owner in a private chat sees every session; anyone else this session only."""
+        everything = route.is_owner and inbound.chat_kind == "private"
+        now = self._c.metrics.now().astimezone()
+        return await usage_text(self._c.storage, now, session_key=None if everything else route.session_key)
 
     async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
         who = "This is your private main session." if route.is_owner else "This is an isolated session."

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.base import Adapter, ButtonAnswer, Delivery
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
-from agent_core.events import RunFailed, RunFinished
+from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.loop import AgentLoop, RunRequest
 from agent_core.ports import ApprovalRecord
@@ -24,8 +24,10 @@ from agent_core.risk import Scope
 from agent_core.text import clean_text
 from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
+from bot import queue_modes, resume
 from bot.lanes import LaneFull, Lanes, LanesClosed
 from bot.ratelimits import RateLimiter
+from bot.run_metrics import Metrics, owner_notifier
 from bot.roles import AccessManager, IsAdmin
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
 from bot.scheduling import chat as job_buttons
@@ -110,6 +112,8 @@ class Conversations:
             self._run_batch, mode=queue_mode, max_concurrent=max_concurrent_runs  # type: ignore[arg-type]
         )
         self.commands = CommandHandlers(self)
+        self.metrics = Metrics(storage, now=now)
+        """Run metrics and anomalies (bot.run_metrics); its clocks are injectable."""
         self._backlog: list[InboxRow] = []
         self._replayed = asyncio.Event()
         """Cleared while a start-up backlog waits: new messages queue behind it."""
@@ -182,6 +186,8 @@ class Conversations:
         return await self.commands.approve_pairing(platform, code, identity)
 
     async def press_button(self, platform: str, action: str, identity: str) -> ButtonAnswer:
+        if action.startswith(resume.PREFIX):
+            return await resume.press(self, action, identity)
         return await job_buttons.press(self, action, identity)
 
     async def record_delivery(self, delivery: Delivery) -> None:
@@ -228,6 +234,7 @@ class Conversations:
                 count += 1
             except Exception:
                 log.warning("delivery.recover_failed", extra={"run": row.run_id}, exc_info=True)
+        await resume.offer(self)  # each run a crash cut off: one offer to continue, ever
         return count
 
     # --- the inbox at start-up -----------------------------------------------------
@@ -324,9 +331,8 @@ class Conversations:
             # A job runs alone; what queued with it goes back to the lane, in order.
             first = items[0]
             now = [first] if first.job is not None else [p for p in items if p.job is None]
-            for later in (p for p in items if p not in now):
-                with contextlib.suppress(LaneFull):  # shutting down: it stays in the inbox
-                    self.lanes.submit(key, later)
+            # Back in front, in order (a submit would queue them behind newer messages).
+            self.lanes.requeue(key, [p for p in items if p not in now])
             items = now
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
@@ -341,6 +347,8 @@ class Conversations:
             messenger=AdapterMessenger(adapter, target),
             requester=last.inbound.identity,
         )
+        if last.job is None:  # steer mode: later messages join this run at a tool boundary
+            request = dataclasses.replace(request, steer=queue_modes.steer_hook(self, key, items, request.run_id))
         # Taken before the run appends the user message: after a crash, a row whose run stored
         # that message counts as answered, any other goes back to the queue.
         await self.storage.take_inbound(_inbox_ids(items), request.run_id)
@@ -350,10 +358,14 @@ class Conversations:
         self.run_starters[key] = frozenset(p.inbound.identity for p in items)
         outcome: RunFinished | RunFailed | None = None
         cancelled = False
+        meter = self.metrics.meter()
         try:
             # aclosing: the run is closed here, never left to the garbage collector.
             async with contextlib.aclosing(self.agent.run(request)) as events:
                 async for event in events:
+                    meter.observe(event)
+                    if isinstance(event, RunStarted):
+                        self.lanes.started(key)  # an interrupt may cancel it from now on
                     await sink.handle(event)
                     if isinstance(event, (RunFinished, RunFailed)):
                         outcome = event
@@ -363,6 +375,7 @@ class Conversations:
         finally:
             self.run_starters.pop(key, None)
             await asyncio.shield(self._finish(sink, key, items, outcome, cancelled))
+            await asyncio.shield(self.metrics.finish(request.run_id, meter, owner_notifier(self.adapters, self.router)))
             if last.job is not None and self.jobs is not None and not (cancelled and self._closing):
                 await asyncio.shield(
                     self.jobs.finished(last.job, sink, request.run_id, outcome, cancelled, adapter, target)

@@ -1,9 +1,16 @@
 """One run at a time per session, many sessions at once.
 
 Each session key gets a lane: a bounded queue and a worker task that lives while there is
-work. Messages arriving during a run wait in the queue and are handed to the next run —
-all of them at once in `collect` mode, one per run in `followup` mode. Nothing is dropped
-silently: a full queue is refused with `LaneFull`, which the caller tells the user about.
+work. What happens to messages arriving during a run is the session's queue mode:
+
+- `collect` (default): they wait, then all go to the next run together;
+- `followup`: they wait, one run each;
+- `steer`: the running run takes them at its next tool boundary (`take_queued`, called by
+  the run's steer hook); whatever it does not take goes to the next run, as in collect;
+- `interrupt`: the running run is cancelled (like /stop) and they start the next run.
+
+Nothing is dropped silently: a full queue is refused with `LaneFull`, which the caller tells
+the user about, and order is kept in every mode.
 
 The queue here is only the in-memory order of work: every item is already durable in the
 inbox (bot/storage/inbox.py) before it is submitted, so what `aclose` returns, or what a
@@ -16,12 +23,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Handler = Callable[[str, list[T]], Awaitable[None]]
+QueueMode = Literal["collect", "followup", "steer", "interrupt"]
+QUEUE_MODES: tuple[QueueMode, ...] = get_args(QueueMode)
 
 
 class LaneFull(Exception):
@@ -37,6 +46,11 @@ class _Lane(Generic[T]):
     queue: list[T] = field(default_factory=list)
     worker: asyncio.Task[None] | None = None
     current: asyncio.Task[None] | None = None
+    started: bool = False
+    """The running run has stored its user message (`Lanes.started`): interrupting it now
+    loses nothing."""
+    interrupt_pending: bool = False
+    """A message in `interrupt` mode arrived before the run started: cancelled once it has."""
 
 
 class Lanes(Generic[T]):
@@ -44,12 +58,13 @@ class Lanes(Generic[T]):
         self,
         handler: Handler[T],
         *,
-        mode: Literal["collect", "followup"] = "collect",
+        mode: QueueMode = "collect",
         max_concurrent: int = 16,
         max_queued: int = 100,
     ) -> None:
         self._handler = handler
-        self._mode = mode
+        self.default_mode: QueueMode = mode
+        self._modes: dict[str, QueueMode] = {}
         self._slots = asyncio.Semaphore(max_concurrent)
         self._max_queued = max_queued
         self._lanes: dict[str, _Lane[T]] = {}
@@ -65,9 +80,68 @@ class Lanes(Generic[T]):
             raise LaneFull(f"{len(lane.queue)} messages are already waiting in this chat")
         lane.queue.append(item)
         busy = lane.current is not None
+        if busy and self.mode_of(key) == "interrupt":
+            # Never before the run has stored its messages: cancelled earlier, they would
+            # be marked answered without having reached the transcript.
+            lane.interrupt_pending = True
+            if lane.started:
+                self._interrupt(lane)
         if lane.worker is None:
             lane.worker = asyncio.create_task(self._work(key, lane), name=f"lane:{key}")
         return len(lane.queue) if busy else len(lane.queue) - 1
+
+    def mode_of(self, key: str) -> QueueMode:
+        return self._modes.get(key, self.default_mode)
+
+    def set_mode(self, key: str, mode: QueueMode | None) -> None:
+        """The session's mode from now on (None = the default); applies to the next message."""
+        if mode is None:
+            self._modes.pop(key, None)
+        else:
+            self._modes[key] = mode
+
+    def load_modes(self, modes: dict[str, str]) -> None:
+        """Sessions' stored modes, at start-up (unknown values are ignored)."""
+        for key, mode in modes.items():
+            if mode in QUEUE_MODES:
+                self._modes[key] = mode  # type: ignore[assignment]
+
+    def take_queued(self, key: str, accept: Callable[[T], bool] = lambda _: True) -> list[T]:
+        """For a steering run: remove and return the queued items it may take, in order,
+        up to the first it may not (order is kept: nothing overtakes an item left queued)."""
+        lane = self._lanes.get(key)
+        if lane is None:
+            return []
+        taken: list[T] = []
+        while lane.queue and accept(lane.queue[0]):
+            taken.append(lane.queue.pop(0))
+        return taken
+
+    def requeue(self, key: str, items: list[T]) -> None:
+        """Put items back at the front of the session's queue, in order (a batch a job
+        split, a steer that was cancelled). Never refused: they were already counted once."""
+        if not items:
+            return
+        lane = self._lanes.setdefault(key, _Lane())
+        lane.queue[:0] = items
+        if lane.worker is None and not self._closed:
+            lane.worker = asyncio.create_task(self._work(key, lane), name=f"lane:{key}")
+
+    def started(self, key: str) -> None:
+        """The session's running run has stored its user message (its RunStarted event); an
+        interrupt that waited for this happens now."""
+        lane = self._lanes.get(key)
+        if lane is None or lane.current is None:
+            return
+        lane.started = True
+        if lane.interrupt_pending:
+            self._interrupt(lane)
+
+    @staticmethod
+    def _interrupt(lane: _Lane[T]) -> None:
+        lane.interrupt_pending = False
+        if lane.current is not None and not lane.current.done():
+            lane.current.cancel()
 
     def is_busy(self, key: str) -> bool:
         lane = self._lanes.get(key)
@@ -88,10 +162,10 @@ class Lanes(Generic[T]):
     async def _work(self, key: str, lane: _Lane[T]) -> None:
         try:
             while lane.queue:
-                if self._mode == "collect":
-                    batch, lane.queue = lane.queue, []
-                else:
+                if self.mode_of(key) == "followup":
                     batch = [lane.queue.pop(0)]
+                else:
+                    batch, lane.queue = lane.queue, []
                 async with self._slots:
                     lane.current = asyncio.create_task(self._handler(key, batch), name=f"run:{key}")
                     try:
@@ -106,6 +180,7 @@ class Lanes(Generic[T]):
                         log.exception("lane.run_crashed", extra={"session": key})
                     finally:
                         lane.current = None
+                        lane.started = lane.interrupt_pending = False
         finally:
             lane.worker = None
             if not lane.queue and self._lanes.get(key) is lane:

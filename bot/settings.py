@@ -57,7 +57,7 @@ class AgentSettings(_Section):
     """More paths commands must not see (e.g. a file the secrets are also kept in)."""
     approval_ttl_s: float = Field(600.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
-    queue_mode: Literal["collect", "followup"] = "collect"
+    queue_mode: Literal["collect", "followup", "steer", "interrupt"] = "collect"
     max_concurrent_runs: int = Field(16, ge=1)
 
 

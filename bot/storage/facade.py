@@ -16,6 +16,7 @@ from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
 from bot.storage.inbox import InboxRepository
 from bot.storage.jobs import JobRepository
+from bot.storage.metrics import MetricsRepository
 from bot.storage.migrate import upgrade
 from bot.storage.runs import RunRepository
 from bot.storage.sessions import SessionRepository
@@ -33,6 +34,7 @@ class Storage(
     UsageRepository,
     InboxRepository,
     JobRepository,
+    MetricsRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.
 

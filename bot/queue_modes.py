@@ -1,0 +1,82 @@
+"""Queue modes in the chat and in a run: `/queue` and the steer hook a run asks at each
+tool boundary (the modes themselves live in bot.lanes)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from agent_core.inbound import Inbound
+from agent_core.risk import Scope
+from bot.commands import Command
+from bot.lanes import QUEUE_MODES, QueueMode
+from bot.router import Accept
+
+if TYPE_CHECKING:
+    from bot.conversations import Conversations, Pending
+
+DESCRIPTIONS: dict[str, str] = {
+    "collect": "messages sent while I work are answered together in my next answer",
+    "followup": "messages sent while I work are answered one by one, in order",
+    "steer": "messages sent while I work reach me at my next step, in the same answer",
+    "interrupt": "a new message stops my current answer and I start on it",
+}
+
+
+async def queue_command(c: Conversations, command: Command, inbound: Inbound, route: Accept) -> str:
+    """`/queue` shows the session's mode; `/queue <mode>` sets it (persisted); `/queue
+    default` goes back to the configured one. In a group only the owner may change it."""
+    key = route.session_key
+    arg = command.args.strip().lower()
+    if not arg:
+        mode = c.lanes.mode_of(key)
+        options = "\n".join(f"/queue {m} — {d}" for m, d in DESCRIPTIONS.items())
+        return f"Queue mode here: {mode} ({DESCRIPTIONS[mode]}).\n{options}"
+    if arg not in (*QUEUE_MODES, "default"):
+        return f"Unknown mode {arg!r}. Modes: {', '.join(QUEUE_MODES)} (or default)."
+    if inbound.chat_kind == "group" and not route.is_owner:
+        return "Only my owner can change how this group's messages queue."
+    mode: QueueMode | None = None if arg == "default" else arg  # type: ignore[assignment]
+    await c.storage.ensure_session(key, route.scope.value, inbound.platform, inbound.chat_id)
+    await c.storage.set_queue_mode(key, mode)
+    c.lanes.set_mode(key, mode)
+    now = c.lanes.mode_of(key)
+    return f"Queue mode: {now} — {DESCRIPTIONS[now]}."
+
+
+def content_block(pending: Pending, scope: Scope) -> dict[str, Any]:
+    """A queued message as the run's content block (in a sub scope, with its sender)."""
+    text = pending.inbound.text
+    if scope is Scope.SUB:
+        text = f"[{pending.inbound.sender_name}] {text}"
+    return {"type": "text", "text": text}
+
+
+def steer_hook(
+    c: Conversations, key: str, items: list[Pending], run_id: str
+) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
+    """What the run `run_id` asks at each tool boundary: in steer mode, the messages queued
+    meanwhile (jobs stay queued: they run alone). Their inbox rows become this run's, and
+    `items` grows, so the run's end marks them done and logs them."""
+
+    async def steer() -> list[dict[str, Any]]:
+        if c.lanes.mode_of(key) != "steer":
+            return []
+        taken = c.lanes.take_queued(key, lambda p: p.job is None)
+        if not taken:
+            return []
+        ids = [p.inbox_id for p in taken if p.inbox_id is not None]
+        try:
+            await asyncio.shield(c.storage.take_inbound(ids, run_id))
+        except BaseException:
+            # Cancelled (or failed) before they reached the transcript: back to the queue,
+            # in front, so nothing is lost and the order holds.
+            c.lanes.requeue(key, taken)
+            raise
+        items.extend(taken)
+        scope = items[0].route.scope
+        return [content_block(p, scope) for p in taken]
+
+    return steer
+

@@ -1,0 +1,96 @@
+"""Resume after a crash: each run a crash cut off gets one message in its chat offering to
+continue, with a Continue button that resumes from the stored transcript.
+
+The offer is claimed in `notices_sent` before it is sent, so however often the process
+restarts it is sent at most once (a crash between the claim and the send loses that offer;
+typing "continue" still works). Pressing Continue is an ordinary message "continue" from
+the presser, stored through the inbox with the update id `resume:<run id>`: a second press
+is a redelivery and is ignored, and the run it starts sees the interrupted run's transcript,
+already made valid at start-up.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from adapters.base import Button, ButtonAnswer
+from agent_core.inbound import Inbound, ReplyTarget
+
+if TYPE_CHECKING:
+    from bot.conversations import Conversations
+
+log = logging.getLogger(__name__)
+
+PREFIX = "resume:"
+NOTICE_KIND = "resume"
+OFFER_WITHIN = timedelta(days=1)
+"""Runs cut off longer ago than this are not offered any more."""
+CONTINUE = "continue"
+STALE = "This button is no longer active."
+REQUEST_CHARS = 200
+
+
+def offer_text(request: str) -> str:
+    short = request if len(request) <= REQUEST_CHARS else request[: REQUEST_CHARS - 1] + "…"
+    return f"I was restarted while working on: {short} — say continue to resume"
+
+
+async def offer(c: Conversations, now: datetime | None = None) -> int:
+    """At start-up, once adapters are connected: offer each run a crash cut off (and not
+    offered before) to continue. Returns how many offers were sent."""
+    now = now or datetime.now(UTC)
+    sent = 0
+    for run in await c.storage.interrupted_runs(now - OFFER_WITHIN):
+        rows = await c.storage.inbox_for_run(run.id)
+        if not rows:
+            continue  # e.g. a terminal's run: no chat to offer it in
+        message = rows[-1].message
+        adapter = c.adapters.get(message.platform)
+        if adapter is None:
+            continue  # left unclaimed: offered when that platform runs again
+        if not await c.storage.claim_notice(NOTICE_KIND, run.id):
+            continue
+        request = " / ".join(r.message.text for r in rows)
+        target = ReplyTarget(message.platform, message.chat_id, message.thread_id)
+        try:
+            await adapter.send_text(target, offer_text(request), buttons=[Button("▶ Continue", PREFIX + run.id)])
+            sent += 1
+            log.info("resume.offered", extra={"run": run.id, "session": run.session_key})
+        except Exception:
+            log.warning("resume.offer_failed", extra={"run": run.id}, exc_info=True)
+    return sent
+
+
+async def press(c: Conversations, action: str, identity: str) -> ButtonAnswer:
+    """Continue pressed: the presser (an owner, or whoever asked for the cut-off run) says
+    "continue" in that chat, exactly once."""
+    run_id = action[len(PREFIX) :]
+    run = await c.storage.get_run(run_id) if run_id else None
+    rows = await c.storage.inbox_for_run(run_id) if run is not None else []
+    if run is None or run.status != "interrupted" or not rows:
+        return ButtonAnswer(STALE, done=False)
+    message = rows[-1].message
+    askers = {f"{r.message.platform}:{r.message.sender_id}" for r in rows}
+    if not c.router.is_owner_identity(identity) and identity not in askers:
+        return ButtonAnswer("Only the person who asked (or my owner) can resume this.", done=False)
+    platform, _, sender_id = identity.partition(":")
+    if platform != message.platform:
+        return ButtonAnswer(STALE, done=False)
+    name = next((r.message.sender_name for r in rows if r.message.sender_id == sender_id), sender_id)
+    inbound = Inbound(
+        platform=message.platform,
+        chat_kind="group" if message.chat_kind == "group" else "private",
+        chat_id=message.chat_id,
+        sender_id=sender_id,
+        sender_name=name,
+        text=CONTINUE,
+        thread_id=message.thread_id,
+        mentioned=True,
+        update_id=f"{PREFIX}{run_id}",
+        received_at=datetime.now(UTC),
+    )
+    if not await c.receive(inbound):
+        return ButtonAnswer("Already resumed.", done=False)
+    return ButtonAnswer("▶ Resuming.", done=True)

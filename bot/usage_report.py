@@ -1,0 +1,57 @@
+"""The text of /usage and `roost status`: today and this week, per session and in total,
+summed from the stored run metrics (bot.storage.metrics)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from bot.storage import Storage
+from bot.storage.metrics import MetricsTotals
+
+COST_NOTE = "Costs are estimates from list prices per model family (input, output, cache read/write)."
+
+
+@dataclass(frozen=True, slots=True)
+class Windows:
+    today: datetime
+    week: datetime
+
+    @classmethod
+    def at(cls, now: datetime) -> Windows:
+        """Today = since midnight of `now`'s own zone; this week = the last 7 days."""
+        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        return cls(midnight, now - timedelta(days=7))
+
+
+def ratio(t: MetricsTotals) -> str:
+    hit = t.cache_hit_ratio
+    return "–" if hit is None else f"{hit:.1%}"
+
+
+def line(t: MetricsTotals) -> str:
+    """One window's figures, in a fixed order (tests read them back)."""
+    ttft = "–" if t.first_token_avg_s is None else f"{t.first_token_avg_s:.2f} s"
+    return (
+        f"{t.runs} runs ({t.errors} failed), {t.turns} turns, {t.tool_calls} tool calls "
+        f"({t.tool_errors} errors, {t.tool_seconds:.1f} s); tokens {t.input_tokens:,} in, "
+        f"{t.output_tokens:,} out, {t.cache_read_tokens:,} cache read, {t.cache_write_tokens:,} cache write; "
+        f"cache hit {ratio(t)}; time {t.duration_s:.1f} s, first token avg {ttft}; "
+        f"fallbacks {t.fallbacks}; ≈ ${t.cost_usd:.4f}"
+    )
+
+
+async def usage_text(storage: Storage, now: datetime, *, session_key: str | None) -> str:
+    """Today and this week; with `session_key` only that session, else every session and
+    the total (what the owner sees)."""
+    windows = Windows.at(now)
+    parts: list[str] = []
+    for label, since in (("Today", windows.today), ("This week", windows.week)):
+        if session_key is not None:
+            parts.append(f"{label} ({session_key}): {line(await storage.metrics_totals(since, session_key=session_key))}")
+            continue
+        parts.append(f"{label}, total: {line(await storage.metrics_totals(since))}")
+        for key, totals in (await storage.metrics_by_session(since)).items():
+            parts.append(f"  {key}: {line(totals)}")
+    parts.append(COST_NOTE)
+    return "\n".join(parts)
