@@ -3,6 +3,7 @@ runs unsandboxed — on a machine where namespaces cannot be created."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -84,14 +85,14 @@ def test_doctor_reports_the_exec_sandbox(tmp_path: Path) -> None:
     home = tmp_path / "home"
     roost = [sys.executable, "-m", "bot.cli", "doctor"]
     ok = subprocess.run(roost, env=env_for(home), cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert "✓ exec sandbox   commands run in their own user, PID and mount namespaces" in ok.stdout
+    assert re.search(r"^✓ exec sandbox +commands run in their own user, PID and mount namespaces", ok.stdout, re.M)
     blocked = subprocess.run(no_user_namespaces(*roost), env=env_for(home), cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
-    assert "! exec sandbox   unavailable, so exec refuses to run commands" in blocked.stdout
+    assert re.search(r"^! exec sandbox +unavailable, so exec refuses to run commands", blocked.stdout, re.M)
     assert "fix: allow unprivileged user namespaces" in blocked.stdout
     off = subprocess.run(roost, env=env_for(home, ROOST_AGENT__EXEC_SANDBOX="off"), cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
-    assert "! exec sandbox   off (ROOST_AGENT__EXEC_SANDBOX=off)" in off.stdout
+    assert re.search(r"^! exec sandbox +off \(ROOST_AGENT__EXEC_SANDBOX=off\)", off.stdout, re.M)
     assert not home.exists()  # doctor creates nothing
 
 
