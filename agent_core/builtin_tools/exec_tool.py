@@ -197,7 +197,8 @@ def make_exec_tool(
                 await asyncio.shield(_settle(proto, _DRAIN_GRACE_S))
                 raise
             code = transport.get_returncode()
-            _kill_group(pid)  # what it left running in the background dies with it
+            if not box.enabled:  # sandboxed, the namespace died with it: its pid may be reused
+                _kill_group(pid)  # what it left running in its group dies with it
             complete = await _settle(proto, _DRAIN_GRACE_S)
         finally:
             transport.close()
