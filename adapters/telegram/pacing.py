@@ -4,7 +4,9 @@ shared `Outbox`, so they obey the same per-chat pace and `retry_after` pause as 
 `through_outbox` returns the request's result or raises its `DeliveryError`; a
 `RateLimited` answer pauses the outbox and the request is retried there (the request has
 not taken effect, so retrying cannot duplicate it). If the outbox closes first, it raises
-`DeliveryError`. Cancelling the caller withdraws a request not yet started.
+`DeliveryError`. Cancelling the caller withdraws a request not yet started. Nothing else is
+retried here: a `DeliveryUnknown` (the answer was lost; the message may exist) goes to the
+caller as is, so a one-off notice is never posted twice.
 """
 
 from __future__ import annotations
