@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 ContextBuilder = Callable[[str, Scope, datetime], ContextParts]
 ToolContextFactory = Callable[["RunRequest"], ToolContext]
+PinnedSource = Callable[["RunRequest"], Awaitable[str]]
+"""Text pinned after the cached prefix on every model call (goal lock, current plan step)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,9 @@ class AgentLoop:
         tool_context: ToolContextFactory,
         config: LoopConfig = LoopConfig(),
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        pinned: PinnedSource | None = None,
     ) -> None:
+        self._pinned = pinned
         self._llm = llm
         self._tools = tools
         self._runner = runner
@@ -151,6 +155,7 @@ class AgentLoop:
             system = system_blocks(request.scope, context)
             tool_defs = self._tool_definitions()
             ctx = self._tool_context(request)
+            ctx.emit = emit  # tools such as `plan` report progress as typed events
             grants: set[str] = set()  # unused: the runner looks up exact-input grant rules per call
             try:
                 await self._turns(request, model, system, tool_defs, messages, ctx, grants, state, emit)
@@ -172,8 +177,8 @@ class AgentLoop:
             await finish("failed", type(exc).__name__)
             await emit(RunFailed(run_id, str(exc), type(exc).__name__, state.usage))
         except _Malformed as exc:
-            await finish("failed", "malformed_output")
-            await emit(RunFailed(run_id, str(exc), "malformed_output", state.usage))
+            await finish("failed", exc.kind)
+            await emit(RunFailed(run_id, str(exc), exc.kind, state.usage))
         except asyncio.CancelledError:
             await finish("cancelled", "cancelled")
             raise
@@ -202,7 +207,10 @@ class AgentLoop:
         seen_calls: dict[str, int] = {}
         for turn in range(1, self.config.max_turns + 1):
             state.turns = turn
-            done = await self._model_turn(model, system, tool_defs, messages, state, emit)
+            # The pinned goal and current step go after the cached prefix, fresh every turn.
+            pinned = await self._pinned(request) if self._pinned is not None else ""
+            turn_system = [*system, {"type": "text", "text": pinned}] if pinned else system
+            done = await self._model_turn(model, turn_system, tool_defs, messages, state, emit)
             state.usage = state.usage + done.usage
             state.model = done.model
             await emit(TurnEnded(turn))
@@ -239,6 +247,11 @@ class AgentLoop:
                 raise
             steered = await request.steer() if request.steer is not None else []
             await self._append(request, "user", [*(o.as_block() for o in outcomes), *steered], messages)
+            if ctx.end is not None:  # a tool ended the run (plan abort, unsupported advances)
+                end, ctx.end = ctx.end, None
+                if end.failed:
+                    raise _Malformed(end.message, end.reason)
+                raise _Stop(end.reason, end.message)
             if malformed and corrections >= self.config.max_corrections:
                 raise _Malformed(
                     f"Stopped: the model sent malformed tool calls {corrections} times in a row. "
@@ -369,7 +382,9 @@ class AgentLoop:
 
 
 class _Malformed(Exception):
-    pass
+    def __init__(self, message: str, kind: str = "malformed_output") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass

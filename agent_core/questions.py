@@ -80,6 +80,12 @@ class QuestionDesk:
         self._now = now
         self._waiting: dict[str, asyncio.Future[tuple[str, str]]] = {}
         self.resume: Resume | None = None
+        self._closing = False
+
+    def aclose(self) -> None:
+        """The process is stopping: questions whose runs are cut off now stay pending, so the
+        answer after the restart still reaches the task."""
+        self._closing = True
 
     async def ask(self, ctx: ToolContext, text: str, options: Sequence[str]) -> str:
         """Store the question, show it, wait for the addressee's answer; returns the answer."""
@@ -104,8 +110,12 @@ class QuestionDesk:
                     shown += "\n" + "\n".join(f"{i + 1}. {o}" for i, o in enumerate(question.options))
                 await ctx.messenger.send(shown)
             answer, by = await future
+        except asyncio.CancelledError:
+            if not self._closing:  # /stop: the question is closed, never left live
+                await asyncio.shield(self._store.close_question(question.id, "cancelled", None, None))
+            raise
         except BaseException:
-            # Stopped, timed out or failed to show: the question is closed, never left live.
+            # Timed out or failed to show: closed, never left live.
             await asyncio.shield(self._store.close_question(question.id, "cancelled", None, None))
             raise
         finally:

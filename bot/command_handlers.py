@@ -16,6 +16,7 @@ from bot.roles import AccessManager, GroupCommandPolicy, parse_target
 from bot.router import Accept
 from bot.queue_modes import queue_command
 from bot.scheduling.chat import jobs_command
+from bot import structured
 from bot.usage_report import usage_text
 
 if TYPE_CHECKING:
@@ -122,6 +123,9 @@ class CommandHandlers:
         now = self._c.metrics.now().astimezone()
         return await usage_text(self._c.storage, now, session_key=None if everything else route.session_key)
 
+    async def _cmd_plan(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        return await structured.plan_command(self._c, route.session_key)
+
     async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
         who = "This is your private main session." if route.is_owner else "This is an isolated session."
         return f"Hi {inbound.sender_name}! {who}\n\n{HELP}"
@@ -170,6 +174,11 @@ class CommandHandlers:
         queued = self._c.lanes.queued(route.session_key)
         if queued:
             lines.append(f"Queued messages: {queued}")
+        if self._c.breakers is not None:
+            # Every configured model, even one never called yet (shown as ok).
+            states = {s.model: s for s in self._c.breakers.statuses()}
+            shown = [states[m].describe() if m in states else f"{m}: ok" for m in self._c.models]
+            lines.append("Models: " + "; ".join(shown))
         return "\n".join(lines)
 
     async def _cmd_model(self, command: Command, inbound: Inbound, route: Accept) -> str:

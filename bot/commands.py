@@ -12,6 +12,7 @@ COMMANDS: dict[str, str] = {
     "status": "model, session, turns, tokens, cost and context size",
     "model": "show or switch the model: /model <name>",
     "jobs": "scheduled jobs here: next and last run, Run now / Pause / Cancel",
+    "plan": "the current plan: steps, what each needs to be done, evidence so far; the locked goal",
     "queue": "messages while I'm busy: /queue collect|followup|steer|interrupt",
     "usage": "runs, tokens, cache hits and estimated cost: today and this week",
 }

@@ -7,13 +7,13 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Adapter, ButtonAnswer, Delivery
+from adapters.base import Adapter, Button, ButtonAnswer, Delivery
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
@@ -30,6 +30,7 @@ from bot.ratelimits import RateLimiter
 from bot.run_metrics import Metrics, owner_notifier
 from bot.roles import AccessManager, IsAdmin
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
+from bot import structured
 from bot.scheduling import chat as job_buttons
 from bot.scheduling.refs import JobRef, job_ref
 from bot.session_keys import scope_of
@@ -38,6 +39,9 @@ from bot.storage.inbox import InboxMessage, InboxRow
 from workspace.daily_log import append_run_entry
 
 if TYPE_CHECKING:
+    from agent_core.questions import Question, QuestionDesk
+    from agent_core.workers import WorkerPool
+    from agent_core.breaker import Breakers
     from bot.scheduling.runs import JobRuns
 
 log = logging.getLogger(__name__)
@@ -75,6 +79,11 @@ class AdapterMessenger:
     async def send(self, text: str) -> str:
         message_id = await self._adapter.send_text(self._target, text)
         return f"delivered as message {message_id}"
+
+    async def send_choices(self, text: str, choices: Sequence[tuple[str, str]]) -> str:
+        """A message with buttons (ask_user's options); presses come back to press_button."""
+        buttons = [Button(label[:64], action) for label, action in choices]
+        return await self._adapter.send_text(self._target, text, buttons=buttons)
 
 
 class Conversations:
@@ -121,6 +130,12 @@ class Conversations:
         self._closing = False
         self.jobs: JobRuns | None = None
         """Scheduled jobs' run hooks (set by bot.app)."""
+        self.questions: QuestionDesk | None = None
+        """ask_user's pending questions (set by bot.app); a reply answers before any lane."""
+        self.workers: WorkerPool | None = None
+        """Workers spawned by runs (set by bot.app); a run's workers end with it."""
+        self.breakers: Breakers | None = None
+        """The process's model circuit breakers, for /status (set by bot.app)."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
@@ -170,6 +185,10 @@ class Conversations:
                 if command is not None:
                     await self._notify(inbound, await self.commands.run(command, inbound, route))
                     return False
+                if self.questions is not None and inbound.text.strip():
+                    # The addressee's reply to a pending ask_user resumes that run, never a new one.
+                    if await self.questions.answer(route.session_key, inbound.identity, inbound.text) != "none":
+                        return False
                 if self.limiter is not None:  # rate limits and the daily token budget
                     limited = await self.limiter.check(inbound, route.session_key, is_owner=route.is_owner)
                     if limited is not None:
@@ -188,7 +207,18 @@ class Conversations:
     async def press_button(self, platform: str, action: str, identity: str) -> ButtonAnswer:
         if action.startswith(resume.PREFIX):
             return await resume.press(self, action, identity)
+        if action.startswith(structured.QUESTION_PREFIX):
+            return await structured.press_question(self, action, identity)
         return await job_buttons.press(self, action, identity)
+
+    async def resume_question(self, question: Question, answer: str, identity: str) -> None:
+        """A question answered after a restart: the answer goes into the stored transcript
+        and a run continues the task in the session's lane."""
+        stored = await structured.answer_into_transcript(self, question, answer, identity)
+        text = structured.RESUMED_NOTE if stored else structured.answer_text(question, answer)
+        pending = await structured.resumed_pending(self, question, identity, text)
+        if pending is not None:
+            await self._submit(pending, acknowledge=False)
 
     async def record_delivery(self, delivery: Delivery) -> None:
         await self.storage.record_delivery(
@@ -374,6 +404,8 @@ class Conversations:
             raise
         finally:
             self.run_starters.pop(key, None)
+            if self.workers is not None:  # a stopped or finished run takes its workers along
+                await asyncio.shield(self.workers.cancel_run(request.run_id))
             await asyncio.shield(self._finish(sink, key, items, outcome, cancelled))
             await asyncio.shield(self.metrics.finish(request.run_id, meter, owner_notifier(self.adapters, self.router)))
             if last.job is not None and self.jobs is not None and not (cancelled and self._closing):
@@ -447,6 +479,8 @@ class Conversations:
         so once."""
         self._closing = True
         self._replayed.set()  # held messages meet the closed lanes and stay queued
+        if self.questions is not None:  # runs cut off now keep their questions for the restart
+            self.questions.aclose()
         waiting: dict[tuple[str, str, str | None], Inbound] = {}
         for _, pending in await self.lanes.aclose():
             inbound = pending.inbound

@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 RESUMED_NOTE = "(My answer to your question is above; Roost restarted while you were waiting. Please continue.)"
 
 
+def answer_text(question: Question, answer: str) -> str:
+    return f"(Roost restarted while you waited.) My answer to your question “{question.text}”: {answer}"
+
+
 async def plan_command(c: Conversations, session_key: str) -> str:
     plan = await c.storage.latest_plan(session_key)
     lock = await c.storage.goal_lock(session_key)
@@ -44,14 +48,16 @@ async def press_question(c: Conversations, action: str, identity: str) -> Button
     return ButtonAnswer(text, done=done)
 
 
-async def answer_into_transcript(c: Conversations, question: Question, answer: str, identity: str) -> None:
+async def answer_into_transcript(c: Conversations, question: Question, answer: str, identity: str) -> bool:
     """After a restart: store the answer as the tool_result of the pending ask_user call (and
-    an interrupted result for any call beside it), so the next run continues the task."""
+    an interrupted result for any call beside it), so the next run continues the task. False
+    when the call was already closed (a stop wrote its results): the answer then travels as
+    the next run's text."""
     transcript = await c.storage.load_transcript(question.session_key)
     last = transcript[-1] if transcript else None
     if last is None or last["role"] != "assistant":
         log.info("question.resume_without_pending_call", extra={"question": question.id})
-        return
+        return False
     results = []
     for block in last["content"]:
         if block.get("type") != "tool_use":
@@ -60,11 +66,12 @@ async def answer_into_transcript(c: Conversations, question: Question, answer: s
         results.append({"type": "tool_result", "tool_use_id": block["id"], "content": content})
     if results:
         await c.storage.append_message(question.session_key, question.run_id, "user", results)
+    return bool(results)
 
 
-async def resumed_pending(c: Conversations, question: Question, identity: str) -> Pending | None:
+async def resumed_pending(c: Conversations, question: Question, identity: str, text: str) -> Pending | None:
     """The lane item that continues a question's session after a restart (its chat is the
-    session's; the text says why the run continues)."""
+    session's; `text` says why the run continues)."""
     from bot.conversations import Pending  # the lane's item type; imported late (cycle)
 
     session = await c.storage.get_session(question.session_key)
@@ -73,7 +80,7 @@ async def resumed_pending(c: Conversations, question: Question, identity: str) -
     parts = question.session_key.split(":")
     thread = parts[3] if question.session_key.startswith("group:") and len(parts) > 3 else None
     kind = "group" if question.session_key.startswith("group:") else "private"
-    inbound = Inbound(session.platform, kind, session.chat_id, identity.partition(":")[2], "", RESUMED_NOTE,
+    inbound = Inbound(session.platform, kind, session.chat_id, identity.partition(":")[2], identity, text,
                       thread_id=thread)  # fmt: skip
     route = Accept(question.session_key, scope_of(question.session_key), c.router.is_owner_identity(identity))
     return Pending(inbound, route)

@@ -9,7 +9,7 @@ Contract: every callback query is answered exactly once (a redelivered query is 
   UNKNOWN → alert, and the buttons are removed (they can never work).
 - `pair:<code>` → `InboundHandler.approve_pairing("telegram", code, identity)`; the message
   that carried the button is edited to show the result, its button removed.
-- `job:<op>:<id>` → `InboundHandler.press_button(...)`: done → the message shows the result
+- `job:<op>:<id>`, `resume:<run id>` → `InboundHandler.press_button(...)`: done → the message shows the result
   and loses its buttons; refused → an alert, nothing changes.
 - anything else (forged, or a button from before a restart) → a polite "no longer active".
 """
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 PAIR_PREFIX = "pair:"
 JOB_PREFIX = "job:"
+RESUME_PREFIX = "resume:"
+ASK_PREFIX = "ask:"  # ask_user options: only the addressee's press answers
 NOT_YOURS = "This approval isn't yours."
 STALE = "This button is no longer active."
 FAILED = "Something went wrong; please try again."
@@ -88,7 +90,7 @@ class CallbackHandler:
             return await self._approval(query, press, identity)
         if action.startswith(PAIR_PREFIX):
             return await self._pairing(query, action[len(PAIR_PREFIX) :], identity)
-        if action.startswith(JOB_PREFIX):
+        if action.startswith((JOB_PREFIX, RESUME_PREFIX, ASK_PREFIX)):
             return await self._button(query, action, identity)
         log.info("telegram.callback_unknown data=%r", action[:64])
         return Answer(STALE)

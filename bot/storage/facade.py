@@ -18,6 +18,7 @@ from bot.storage.inbox import InboxRepository
 from bot.storage.jobs import JobRepository
 from bot.storage.metrics import MetricsRepository
 from bot.storage.migrate import upgrade
+from bot.storage.plans import PlanRepository
 from bot.storage.runs import RunRepository
 from bot.storage.sessions import SessionRepository
 from bot.storage.usage import UsageRepository
@@ -34,6 +35,7 @@ class Storage(
     UsageRepository,
     InboxRepository,
     JobRepository,
+    PlanRepository,
     MetricsRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.

@@ -1,0 +1,105 @@
+"""ask_user over the wire: the run pauses with the question in the chat; the addressee's next
+message or button resumes the same run with the answer as the tool result; a restart while
+waiting keeps the question and the reply still reaches the task; anyone else's press is
+refused and changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_state import StoredMessage
+from tests.telegram_harness import OWNER, STRANGER, Harness, running, tg  # noqa: F401  (fixture)
+
+QUESTION = "Which server should I restart?"
+
+
+def buttons(message: StoredMessage) -> dict[str, str]:
+    rows = (message.reply_markup or {}).get("inline_keyboard", [])
+    return {b["text"]: b["callback_data"] for row in rows for b in row}
+
+
+async def press(h: Harness, card: StoredMessage, label: str, user: int) -> dict[str, Any]:
+    query = h.tg.press_button(OWNER, card.message_id, user, buttons(card)[label], first_name="X")
+    state = await h.tg.await_for(lambda: h.tg.callback_query(query).answered and h.tg.callback_query(query))
+    return state.answer or {}
+
+
+def answer_in(request_json: dict[str, Any]) -> str:
+    """The text of the tool results in the request's last message."""
+    last = request_json["messages"][-1]
+    return " ".join(str(b.get("content")) for b in last["content"] if b.get("type") == "tool_result")
+
+
+async def runs_of(h: Harness) -> int:
+    async with h.app.storage.engine.connect() as conn:
+        from sqlalchemy import text
+
+        return int((await conn.execute(text("SELECT count(*) FROM runs WHERE session_key = 'main'"))).scalar_one())
+
+
+async def test_reply_resumes_the_same_run_with_the_answer_as_the_tool_result(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(reply_tools(ToolUse("ask_user", {"question": QUESTION})), reply_text("Restarting web-2 now."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "restart the server that is down")
+        await h.says(OWNER, f"❓ {QUESTION}")
+        assert len(fake_api.requests) == 1  # paused: no further model call while waiting
+        tg.send_private(OWNER, "web-2")
+        await h.bot_text(OWNER, lambda t: t.startswith("Restarting web-2 now."))
+        await h.app.conversations.lanes.drain()
+        requests = fake_api.requests
+        assert len(requests) == 2
+        assert "answered: web-2" in answer_in(requests[1].json)
+        assert await runs_of(h) == 1, "the answer started a new run instead of resuming"
+        assert await h.app.storage.pending_question("main") is None
+
+
+async def test_button_answers_and_only_the_addressee_may_press_it(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(
+        reply_tools(ToolUse("ask_user", {"question": QUESTION, "options": ["web-1", "web-2"]})),
+        reply_text("Restarting web-1 now."),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "restart the server that is down")
+        card = await h.says(OWNER, f"❓ {QUESTION}")
+        assert set(buttons(card)) == {"web-1", "web-2"}
+        assert all(len(d.encode()) <= 64 for d in buttons(card).values())
+
+        refused = await press(h, card, "web-2", user=STRANGER)
+        assert refused == {"text": "This question isn't for you.", "show_alert": True}
+        assert len(fake_api.requests) == 1 and await h.app.storage.pending_question("main") is not None
+
+        answered = await press(h, card, "web-1", user=OWNER)
+        assert answered.get("text") == "✓ web-1"
+        await h.bot_text(OWNER, lambda t: t.startswith("Restarting web-1 now."))
+        await h.app.conversations.lanes.drain()
+        assert "answered: web-1" in answer_in(fake_api.requests[1].json)
+        again = await press(h, card, "web-1", user=OWNER) if buttons(tg.message(OWNER, card.message_id)) else None
+        assert again in (None, {"text": "This question was already answered or is closed.", "show_alert": True})
+
+
+async def test_a_restart_while_waiting_keeps_the_question_and_the_reply_still_reaches_the_task(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(reply_tools(ToolUse("ask_user", {"question": QUESTION})))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "restart the server that is down")
+        await h.says(OWNER, f"❓ {QUESTION}")
+    fake_api.script(reply_text("Restarting web-2 now."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        pending = await h.app.storage.pending_question("main")
+        assert pending is not None and pending.text == QUESTION
+        tg.send_private(OWNER, "web-2")
+        await h.bot_text(OWNER, lambda t: t.startswith("Restarting web-2 now."))
+        await h.app.conversations.lanes.drain()
+        resumed = fake_api.requests[-1].json
+        last_user = resumed["messages"][-1]
+        shown = " ".join(str(b.get("text") or b.get("content")) for b in last_user["content"])
+        assert QUESTION in shown and "web-2" in shown, shown
+        assert await h.app.storage.pending_question("main") is None
