@@ -1,0 +1,104 @@
+"""Resume after a crash: a real `roost run` is killed (SIGKILL) mid-run; the next start
+sends one offer to continue, with a Continue button that resumes from the stored transcript;
+the offer is never repeated by later starts, a second press does nothing, and the next
+request is valid for the strict fake."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from adapters.render.markdown import render_markdown
+from bot.resume import offer_text
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import Reply, Stall, Text, last_user_text
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_state import StoredMessage
+from tests.telegram_harness import OWNER, STRANGER, Harness, running, tg  # noqa: F401  (fixture)
+from tests.test_telegram_restart import recorded, roost_run
+
+REQUEST = "plan my trip to Rome"
+OFFER = offer_text(REQUEST)
+
+
+def buttons(message: StoredMessage) -> dict[str, str]:
+    rows = (message.reply_markup or {}).get("inline_keyboard", [])
+    return {b["text"]: b["callback_data"] for row in rows for b in row}
+
+
+async def press(h: Harness, message: StoredMessage, data: str, user: int = OWNER) -> dict[str, Any]:
+    query = h.tg.press_button(OWNER, message.message_id, user, data, first_name="Olivia", require_button=False)
+    state = await h.tg.await_for(lambda: h.tg.callback_query(query).answered and h.tg.callback_query(query))
+    return state.answer or {}
+
+
+def offers(tg: FakeTelegram) -> list[StoredMessage]:
+    return [m for m in tg.bot_messages(OWNER) if (m.text or "").startswith("I was restarted while working on:")]
+
+
+async def kill_mid_run(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
+    shown = "Looking at flights and hotels for Rome first."
+    fake_api.script(Reply(Text(shown, chunk_size=50), Stall(60)))
+    process = roost_run(tmp_path, tg, fake_api)
+    try:
+        await tg.await_for(lambda: tg.is_polling, timeout=30)
+        tg.send_private(OWNER, REQUEST)
+        visible = render_markdown(shown).text
+        await tg.await_for(lambda: any(m.text == visible for m in tg.bot_messages(OWNER)), timeout=15)
+        await recorded(tmp_path / "home" / "roost.db", visible)
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+async def test_kill_9_mid_run_offers_resume_once_and_continue_resumes_from_the_transcript(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    await kill_mid_run(tmp_path, tg, fake_api)
+    fake_api.responder = lambda body: Reply(Text(f"answer to {last_user_text(body)}"))
+
+    async with running(tmp_path, tg, fake_api) as h:
+        offer = await h.says(OWNER, OFFER, timeout=15)
+        data = buttons(offer)["▶ Continue"]
+        assert data.startswith("resume:") and len(data.encode()) <= 64
+        interrupted = await h.app.storage.get_run(data.removeprefix("resume:"))
+        assert interrupted is not None and interrupted.status == "interrupted"
+
+        answer = await press(h, offer, data)
+        assert answer.get("text") == "▶ Resuming."
+        await h.says(OWNER, "answer to continue", timeout=15)
+        # Resumed from the stored transcript: the cut-off request is there, then "continue".
+        resumed = fake_api.requests[-1].json["messages"]
+        texts = [b["text"] for m in resumed if m["role"] == "user" for b in m["content"] if b["type"] == "text"]
+        assert texts == [REQUEST, "continue"]
+        # The offer lost its button and says what happened.
+        shown = await h.bot_text(OWNER, lambda t: t.startswith(OFFER) and t.endswith("▶ Resuming."))
+        assert not buttons(shown)
+
+        again = await press(h, offer, data)  # a stale client presses once more
+        assert again.get("show_alert") is True
+        requests = len(fake_api.requests)
+
+        tg.send_private(OWNER, "and the museums?")
+        await h.says(OWNER, "answer to and the museums?", timeout=15)
+        assert len(fake_api.requests) == requests + 1  # the next request is valid (strict fake)
+
+    async with running(tmp_path, tg, fake_api) as h:  # a later start offers nothing again
+        await h.app.conversations.lanes.drain()
+        assert len(offers(tg)) == 1
+
+
+async def test_only_the_asker_or_the_owner_may_press_continue(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    await kill_mid_run(tmp_path, tg, fake_api)
+    async with running(tmp_path, tg, fake_api) as h:
+        offer = await h.says(OWNER, OFFER, timeout=15)
+        requests = len(fake_api.requests)
+        refused = await press(h, offer, buttons(offer)["▶ Continue"], user=STRANGER)
+        assert refused.get("show_alert") is True
+        assert len(fake_api.requests) == requests
+        assert buttons((await h.says(OWNER, OFFER)))  # still offered
