@@ -1,13 +1,19 @@
 """`LLMClient` over the anthropic SDK: one streaming Messages API call, translated into our
-own values. Everything the SDK raises is translated to `agent_core.llm.LLMError` here."""
+own values. Everything the SDK raises is translated to `agent_core.llm.LLMError` here, and so
+are the faults the SDK does not see: a stream with no event for `stall_timeout_s`
+(`LLMStalled`) and one that ends without `message_stop` (`LLMTruncated`).
+
+Retries are not done here: the SDK's own (`max_retries`, 0 by default) cannot see the circuit
+breakers nor a stream that breaks after it started; `agent_core.failover` does them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import anthropic
 import httpx2
@@ -20,6 +26,8 @@ from agent_core.llm import (
     LLMOverloaded,
     LLMRateLimited,
     LLMRequest,
+    LLMStalled,
+    LLMTruncated,
     LLMUnavailable,
     MalformedToolUse,
     MessageComplete,
@@ -29,6 +37,7 @@ from agent_core.llm import (
 from agent_core.text import clean_json, clean_text
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class AnthropicLLM:
@@ -39,11 +48,13 @@ class AnthropicLLM:
         *,
         api_key: str | None = None,
         base_url: str | None = None,
-        max_retries: int = 2,
+        max_retries: int = 0,
         timeout_s: float = 120.0,
+        stall_timeout_s: float | None = 60.0,
     ) -> None:
         # Without a key the SDK fails every request with a bare TypeError; say it plainly.
         self._has_key = bool(api_key)
+        self._stall_s = stall_timeout_s
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key or "missing", base_url=base_url, max_retries=max_retries, timeout=timeout_s
         )
@@ -72,7 +83,8 @@ class AnthropicLLM:
         }
         if request.tools:
             kwargs["tools"] = request.tools
-        stream = await self._client.messages.create(stream=True, **kwargs)
+        # The wait for the response's headers counts as a stall too.
+        stream = await self._within_stall(self._client.messages.create(stream=True, **kwargs))
         blocks: dict[int, dict[str, Any]] = {}
         partial_json: dict[int, list[str]] = {}
         # A high surrogate ending a delta may be half of an emoji completed by the next delta:
@@ -81,10 +93,18 @@ class AnthropicLLM:
         usage = Usage()
         stop_reason = "end_turn"
         model = request.model
+        stopped = False
         async with stream:
-            async for event in stream:
+            events = stream.__aiter__()
+            while True:
+                try:
+                    event = await self._within_stall(anext(events))
+                except StopAsyncIteration:
+                    break
                 kind = event.type
-                if kind == "message_start":
+                if kind == "message_stop":
+                    stopped = True
+                elif kind == "message_start":
                     model = event.message.model or model
                     usage = _usage(event.message.usage)
                 elif kind == "content_block_start":
@@ -118,8 +138,26 @@ class AnthropicLLM:
                             usage.cache_read_input_tokens,
                             usage.cache_creation_input_tokens,
                         )
+        if not stopped:
+            # A proxy or a dying server can end the body cleanly mid-answer: without
+            # message_stop the content is incomplete, never a finished answer.
+            raise LLMTruncated("The answer from the model service was cut off.")
         content, malformed = _finish_blocks(blocks, partial_json)
         yield MessageComplete(content, clean_text(stop_reason), usage, clean_text(model), malformed)
+
+
+    async def _within_stall(self, awaitable: Awaitable[_T]) -> _T:
+        # Only the wait itself is timed, never the consumer's time between events.
+        scope = asyncio.timeout(self._stall_s)
+        try:
+            async with scope:
+                return await awaitable
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise LLMStalled(
+                f"The model service stopped sending for {self._stall_s:g} s mid-answer."
+            ) from None
 
 
 def _join_pairs(text: str) -> str:

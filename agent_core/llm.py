@@ -1,20 +1,27 @@
-"""The model client contract: request and stream values, the error tree, and fallback.
+"""The model client contract: request and stream values, and the error tree.
 
 `agent_core.anthropic_llm` implements it over the anthropic SDK (the only module that imports
-it, kept apart because importing the SDK costs ~2 s and ~70 MB). Exceptions::
+it, kept apart because importing the SDK costs ~2 s and ~70 MB); `agent_core.failover` wraps a
+client with retries, circuit breakers and fallback models. Exceptions::
 
     LLMError                 message is safe to show a user
     ├── LLMRateLimited       429; retry_after when the service said
     ├── LLMOverloaded        529 / 503
     ├── LLMUnavailable       connection errors, timeouts, 5xx
+    │   ├── LLMStalled       no stream event for the stall timeout
+    │   ├── LLMTruncated     the stream ended without message_stop
+    │   ├── LLMSlow          no first token within the latency limit (failover only)
+    │   └── LLMExhausted     every attempt and fallback failed, or every breaker is open
     ├── LLMAuthError         401 / 403: the key is wrong
     └── LLMBadRequest        400: we sent something the API rejects (a bug on our side)
+
+`retryable_elsewhere` marks the errors a retry or another model may well cure.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +49,22 @@ class LLMOverloaded(LLMError):
 
 class LLMUnavailable(LLMError):
     retryable_elsewhere = True
+
+
+class LLMStalled(LLMUnavailable):
+    pass
+
+
+class LLMTruncated(LLMUnavailable):
+    pass
+
+
+class LLMSlow(LLMUnavailable):
+    pass
+
+
+class LLMExhausted(LLMUnavailable):
+    """Raised by failover once nothing is left to try; the message names what was tried."""
 
 
 class LLMAuthError(LLMError):
@@ -109,27 +132,3 @@ class LLMClient(Protocol):
     def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
         """Yield text chunks as they arrive, then exactly one MessageComplete; raise LLMError."""
         ...
-
-
-class FallbackLLM:
-    """Try models in order when one is rate limited, overloaded or down (before any text)."""
-
-    def __init__(self, inner: LLMClient, fallback_models: Sequence[str]) -> None:
-        self._inner = inner
-        self._fallbacks = list(fallback_models)
-
-    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
-        models = [request.model, *[m for m in self._fallbacks if m != request.model]]
-        for position, model in enumerate(models):
-            attempt = LLMRequest(model, request.system, request.tools, request.messages, request.max_tokens)
-            produced = False
-            try:
-                async for item in self._inner.stream(attempt):
-                    produced = True
-                    yield item
-                return
-            except LLMError as exc:
-                last = position == len(models) - 1
-                if produced or last or not exc.retryable_elsewhere:
-                    raise
-                log.warning("llm.fallback", extra={"from_model": model, "error": type(exc).__name__})

@@ -16,7 +16,11 @@ from adapters.console import IDENTITY as CONSOLE_IDENTITY
 from agent_core.approvals import ApprovalGate
 from agent_core.builtin_tools import default_tools
 from agent_core.builtin_tools.schedule_tool import make_schedule_tool
-from agent_core.llm import FallbackLLM, LLMClient, LLMRequest, StreamItem
+from agent_core.breaker import Breakers
+from agent_core.failover import FailoverLLM
+from agent_core.llm import LLMClient, LLMRequest, StreamItem
+from agent_core.retry import RetryPolicy
+from bot import breaker_report
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
 from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
@@ -55,6 +59,8 @@ class Roost:
     live: LiveConfig | None = None
     """roost.toml's [policy] and [limits] as they are now (hot-reloaded)."""
     scheduler: Scheduler | None = None
+    breakers: Breakers | None = None
+    """The process's circuit breakers, one per model (shown by /status)."""
 
     def load_model_client(self) -> None:
         """Start loading the SDK in the background (call once adapters are connected)."""
@@ -130,12 +136,18 @@ async def build(
             lazy = LazyAnthropic(
                 api_key=api_key.get_secret_value() if api_key else None,
                 base_url=settings.anthropic_base_url,
-                max_retries=settings.agent.max_retries,
+                max_retries=0,  # retries are FailoverLLM's: the SDK's cannot see the breakers
+                stall_timeout_s=settings.agent.stall_timeout_s,
             )
             stack.push_async_callback(lazy.aclose)
             llm = lazy
-        if settings.agent.fallback_models:
-            llm = FallbackLLM(llm, settings.agent.fallback_models)
+        # One breaker per model for the whole process: every session and job shares them.
+        report = settings.home_dir / breaker_report.FILE_NAME
+        breakers = Breakers(on_change=lambda b: breaker_report.write(report, b) if recover else None)
+        llm = FailoverLLM(
+            llm, settings.agent.fallback_models, retry=RetryPolicy(max_retries=settings.agent.max_retries),
+            breakers=breakers, slow_first_token_s=settings.agent.slow_first_token_s,
+        )  # fmt: skip
 
         registry = ToolRegistry(default_tools(
             exec_max_timeout_s=settings.agent.exec_max_timeout_s,
@@ -216,6 +228,7 @@ async def build(
             ),
         )
         stack.push_async_callback(conversations.aclose)
+        conversations.breakers = breakers
         conversations.lanes.load_modes(await storage.queue_modes())  # each session's /queue choice
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
@@ -225,5 +238,6 @@ async def build(
             await scheduler.start()
             stack.push_async_callback(scheduler.aclose)
         yield Roost(
-            settings, storage, conversations, agent, gate, memory, lazy, expired_at_start, live, scheduler=scheduler
+            settings, storage, conversations, agent, gate, memory, lazy, expired_at_start, live, scheduler=scheduler,
+            breakers=breakers,
         )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
+from bot import breaker_report
 from bot.settings import Settings, config_path
 
 Status = Literal["ok", "warn", "fail"]
@@ -22,6 +25,7 @@ class Check:
 
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [_config(settings), _workspace(settings), await _database(settings), _model(settings)]
+    checks.append(_breakers(settings))
     checks += [_owners(settings), _telegram(settings), await _discord(settings)]
     if settings.telegram_bot_token is not None:
         checks.append(await _telegram_privacy(settings))
@@ -79,6 +83,23 @@ def _model(settings: Settings) -> Check:
     base = settings.anthropic_base_url or "Anthropic's API"
     fallbacks = ", ".join(settings.agent.fallback_models) or "none"
     return Check("model", "ok", f"{settings.agent.model} via {base}; fallbacks: {fallbacks}")
+
+
+def _breakers(settings: Settings) -> Check:
+    """The circuit breakers as the serving process last reported them (a file it rewrites on
+    every change; doctor is another process)."""
+    report = breaker_report.read(settings.home_dir / breaker_report.FILE_NAME)
+    if report is None:
+        return Check("model breakers", "ok", "no failures reported by `roost run`")
+    written_at, rows = report
+    now = time.time()
+    when = datetime.fromtimestamp(written_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    detail = "; ".join(r.describe(now) for r in rows) or "none"
+    tripped = [r for r in rows if r.state != "closed"]
+    if tripped:
+        return Check("model breakers", "warn", f"{detail} (reported {when})",
+                     "the fallback models answer meanwhile; check the provider's status page")
+    return Check("model breakers", "ok", f"{detail} (reported {when})")
 
 
 def _owners(settings: Settings) -> Check:

@@ -57,6 +57,12 @@ class AgentSettings(_Section):
     """More paths commands must not see (e.g. a file the secrets are also kept in)."""
     approval_ttl_s: float = Field(600.0, gt=0)
     max_retries: int = Field(2, ge=0, le=10)
+    """Retries of a failing model (backoff with jitter, honouring retry-after) before the
+    next fallback model; done by agent_core.failover, never by the SDK."""
+    stall_timeout_s: float = Field(60.0, gt=0)
+    """A model stream with no event for this long is treated as broken (retried)."""
+    slow_first_token_s: float | None = Field(None, gt=0)
+    """Latency fallback: no first token within this many seconds → the next model. Off by default."""
     queue_mode: Literal["collect", "followup", "steer", "interrupt"] = "collect"
     max_concurrent_runs: int = Field(16, ge=1)
 

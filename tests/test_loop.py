@@ -244,17 +244,20 @@ async def test_stream_broken_mid_answer_fails_clearly_and_next_run_works(core: C
 
 
 async def test_fallback_model_is_used_on_overload_and_rate_limit(fake_api, tmp_path) -> None:
-    from agent_core.llm import FallbackLLM
+    from agent_core.failover import FailoverLLM
+    from agent_core.retry import RetryPolicy
 
     harness = await make_harness(fake_api, tmp_path)
-    harness.loop._llm = FallbackLLM(harness.llm, ["claude-backup"])
+    harness.loop._llm = FailoverLLM(harness.llm, ["claude-backup"], retry=RetryPolicy(max_retries=0))
     try:
         fake_api.script(Error(529), reply_text("from backup"), Error(429, retry_after=1), reply_text("again backup"))
         done = finished(await harness.run("hi"))
-        assert done.text == "from backup" and done.model == "claude-backup"
+        # The user is told a fallback answered (the note is shown, not stored).
+        assert done.text == "from backup\n\n(answered by claude-backup: claude-test was overloaded)"
+        assert done.model == "claude-backup"
         assert [r.json["model"] for r in fake_api.requests] == ["claude-test", "claude-backup"]
         done = finished(await harness.run("hi"))
-        assert done.text == "again backup"
+        assert done.text == "again backup\n\n(answered by claude-backup: claude-test was rate limited)"
         assert fake_api.requests[-1].json["model"] == "claude-backup"
     finally:
         await harness.llm.aclose()

@@ -52,6 +52,7 @@ from tests.fakes.anthropic_script import (
     ScriptQueue,
     Stall,
     StreamError,
+    Truncate,
     echo_responder,
     new_id,
 )
@@ -359,6 +360,10 @@ class FakeAnthropic:
                     self._log.update(key, error=step.data["error"]["message"])
             elif isinstance(step, Stall):
                 await self._pause(step.seconds)
+            elif isinstance(step, Truncate):
+                await stream.write_eof()
+                self._log.update(key, outcome="truncated")
+                return stream
             else:
                 raise self._drop(request, key, reply)
         await stream.write_eof()

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from tests.fakes.anthropic_script import Response
 
-Outcome = Literal["answered", "dropped", "client_disconnected"]
+Outcome = Literal["answered", "dropped", "client_disconnected", "truncated"]
 RequestsPredicate = Callable[[list["RecordedRequest"]], bool]
 RecordKey = tuple[int, int]  # (reset generation, index into the log)
 
@@ -24,7 +24,8 @@ class RecordedRequest:
     used (tool uses carrying their concrete ids); ``error`` is the error message sent, if any
     (including a mid-stream ``event: error``). ``outcome`` is ``None`` while in flight, then
     ``"answered"`` (fully sent), ``"dropped"`` (the script dropped the connection) or
-    ``"client_disconnected"`` (the client hung up first, e.g. a cancelled stream)."""
+    ``"client_disconnected"`` (the client hung up first, e.g. a cancelled stream) or
+    ``"truncated"`` (the script ended the body early, see ``Truncate``)."""
 
     path: str
     headers: Mapping[str, str]

@@ -3,8 +3,8 @@
 A *response* is one of:
 
 - ``Reply(*parts)`` — an assistant message. Parts are content blocks (``Text``, ``ToolUse``,
-  ``RawToolUse``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``) that act at
-  their position in the stream.
+  ``RawToolUse``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``,
+  ``Truncate``) that act at their position in the stream.
 - ``Error(status, ...)`` — an HTTP error answer in the real error shape.
 - ``Stall(seconds)`` — hang before sending any response, then drop the connection.
 - ``Disconnect()`` — drop the connection without any response.
@@ -88,8 +88,15 @@ class StreamError:
     message: str = "Overloaded"
 
 
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """Inside a ``Reply``: end the response body cleanly here (a proper end of the chunked
+    body, no ``message_stop``), as a proxy that cuts a stream short does. The SDK sees a stream
+    that simply ends. Non-streaming requests are answered whole."""
+
+
 Block: TypeAlias = Text | ToolUse | RawToolUse
-Part: TypeAlias = Block | Stall | Disconnect | StreamError
+Part: TypeAlias = Block | Stall | Disconnect | StreamError | Truncate
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +117,7 @@ class Reply:
         usage: Mapping[str, int] | None = None,
     ) -> None:
         for part in parts:
-            if not isinstance(part, Text | ToolUse | RawToolUse | Stall | Disconnect | StreamError):
+            if not isinstance(part, Text | ToolUse | RawToolUse | Stall | Disconnect | StreamError | Truncate):
                 raise TypeError(f"not a Reply part: {part!r}")
         object.__setattr__(self, "parts", tuple(parts))
         object.__setattr__(self, "stop_reason", stop_reason)

@@ -1,7 +1,8 @@
 """How a ``Reply`` looks on the wire: the real SSE event sequence, or a JSON ``Message``.
 
 ``stream_steps`` is pure: it yields SSE events to send and the directives (``Stall`` pauses,
-``Disconnect``) the server acts on between them. The event order matches the real service:
+``Disconnect``, ``Truncate``) the server acts on between them. The event order matches the
+real service:
 ``message_start``, then per block ``content_block_start`` / ``content_block_delta``… /
 ``content_block_stop`` (a ``ping`` after the first block starts), ``message_delta`` with
 ``stop_reason`` and cumulative ``usage``, ``message_stop``. Tool input starts with an empty
@@ -23,6 +24,7 @@ from tests.fakes.anthropic_script import (
     StreamError,
     Text,
     ToolUse,
+    Truncate,
 )
 from tests.fakes.anthropic_usage import PromptUsage, tokens
 
@@ -38,7 +40,7 @@ class SseEvent:
         )
 
 
-Step: TypeAlias = SseEvent | Stall | Disconnect
+Step: TypeAlias = SseEvent | Stall | Disconnect | Truncate
 
 
 def error_body(error_type: str, message: str, request_id: str) -> dict[str, Any]:
@@ -121,6 +123,9 @@ def stream_steps(
         if isinstance(part, Stall | Disconnect):
             yield part
             continue
+        if isinstance(part, Truncate):
+            yield part
+            return
         if isinstance(part, StreamError):
             yield SseEvent(
                 "error",

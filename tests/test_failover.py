@@ -1,0 +1,304 @@
+"""Model faults over the wire: the real SDK against the strict fake Messages API, through the
+real turn loop and storage. Every fault ends in a complete answer or a clear error, the
+stored transcript stays valid (the fake answers an invalid one with 400), and no text the user
+saw is shown twice. Backoff sleeps and the breakers' clock are injected: no test waits them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_core.anthropic_llm import AnthropicLLM
+from agent_core.breaker import Breakers
+from agent_core.events import Event, RunFailed, RunFinished, TextDelta
+from agent_core.failover import FailoverLLM
+from agent_core.retry import RetryPolicy
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import (
+    Disconnect,
+    Error,
+    Reply,
+    Response,
+    Stall,
+    StreamError,
+    Text,
+    Truncate,
+    reply_text,
+)
+from tests.harness import CoreHarness, make_harness
+
+PRIMARY, BACKUP = "claude-test", "claude-backup"
+ANSWER = "The capital of France is Paris, a city on the Seine known for its museums."
+
+
+@dataclass
+class Clock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Sleeps:
+    """An injected sleep: records what was asked and returns at once."""
+
+    asked: list[float] = field(default_factory=list)
+
+    async def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+
+
+@dataclass
+class Rig:
+    core: CoreHarness
+    llm: AnthropicLLM
+    sleeps: Sleeps
+    clock: Clock
+    breakers: Breakers
+
+    async def run(self, text: str = "hi", session_key: str = "main") -> tuple[list[Event], str]:
+        events = await self.core.run(text, session_key=session_key)
+        visible = "".join(e.text for e in events if isinstance(e, TextDelta))
+        return events, visible
+
+    async def stored_answer(self, session_key: str = "main") -> str:
+        transcript = await self.core.storage.load_transcript(session_key)
+        last = transcript[-1]
+        assert last["role"] == "assistant", transcript
+        return "".join(b["text"] for b in last["content"] if b["type"] == "text")
+
+
+@pytest.fixture
+async def rig(fake_api: FakeAnthropic, tmp_path: Path) -> AsyncIterator[Rig]:
+    rig = await make_rig(fake_api, tmp_path)
+    try:
+        yield rig
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
+
+
+async def make_rig(
+    fake: FakeAnthropic, tmp_path: Path, *, fallbacks: tuple[str, ...] = (BACKUP,), **options: Any
+) -> Rig:
+    core = await make_harness(fake, tmp_path)
+    llm = AnthropicLLM(
+        api_key="test-key", base_url=fake.base_url, stall_timeout_s=options.pop("stall_timeout_s", 60.0)
+    )
+    clock, sleeps = Clock(), Sleeps()
+    breakers = Breakers(clock=clock)
+    core.loop._llm = FailoverLLM(
+        llm, fallbacks, retry=options.pop("retry", RetryPolicy()), breakers=breakers, sleep=sleeps,
+        rand=lambda: 1.0, **options,
+    )  # fmt: skip
+    return Rig(core, llm, sleeps, clock, breakers)
+
+
+def finished(events: list[Event]) -> RunFinished:
+    assert sum(isinstance(e, (RunFinished, RunFailed)) for e in events) == 1, events
+    assert isinstance(events[-1], RunFinished), events[-1]
+    return events[-1]
+
+
+def continue_answer(full: str) -> Any:
+    """A responder that answers like a model asked to continue: with a prefill it sends the
+    rest of `full` after it, without one the whole of `full`. So the final visible text is
+    `full` exactly when nothing was duplicated or lost, whatever part of the broken stream
+    reached the client before it broke."""
+
+    def respond(body: dict[str, Any]) -> Response:
+        last = body["messages"][-1]
+        if last["role"] == "assistant":
+            prefill = "".join(b["text"] for b in last["content"] if b["type"] == "text")
+            assert full.startswith(prefill), (full, prefill)
+            return reply_text(full[len(prefill) :], chunk_size=7)
+        return reply_text(full, chunk_size=7)
+
+    return respond
+
+
+async def assert_next_run_is_valid(rig: Rig) -> None:
+    """The stored conversation is sent whole with the next request: the strict fake would
+    answer 400 if anything in it were invalid."""
+    rig.core.fake.responder = lambda body: reply_text("still here")
+    events, visible = await rig.run("and now?")
+    # (a fallback may answer while a breaker is open, with its note)
+    assert finished(events).text == visible and visible.startswith("still here")
+    assert await rig.stored_answer() == "still here"
+    assert rig.core.fake.requests[-1].status == 200
+
+
+# ---- retries on the same model ---------------------------------------------------------
+
+
+async def test_429_waits_what_retry_after_asked_then_answers(rig: Rig) -> None:
+    rig.core.fake.script(Error(429, retry_after=7), reply_text(ANSWER))
+    events, visible = await rig.run()
+    assert finished(events).text == ANSWER and visible == ANSWER
+    # retry-after 7 s, plus a quarter of the first backoff step as jitter (rand = 1.0)
+    assert rig.sleeps.asked == [7.25]
+    assert [r.json["model"] for r in rig.core.fake.requests] == [PRIMARY, PRIMARY]
+    await assert_next_run_is_valid(rig)
+
+
+async def test_retry_after_over_an_hour_is_capped_at_a_minute(fake_api, tmp_path) -> None:
+    rig = await make_rig(fake_api, tmp_path, fallbacks=())
+    try:
+        fake_api.script(Error(429, retry_after=3600), reply_text(ANSWER))
+        events, _ = await rig.run()
+        assert finished(events).text == ANSWER
+        assert rig.sleeps.asked == [60.0]
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
+
+
+async def test_500_backs_off_exponentially_then_answers(rig: Rig) -> None:
+    rig.core.fake.script(Error(500), Error(500), reply_text(ANSWER))
+    events, visible = await rig.run()
+    assert finished(events).text == ANSWER and visible == ANSWER
+    assert rig.sleeps.asked == [1.0, 2.0]  # base 1 s doubling, full jitter at its top (rand = 1.0)
+    await assert_next_run_is_valid(rig)
+
+
+async def test_long_retry_after_goes_to_the_fallback_instead_of_waiting(rig: Rig) -> None:
+    rig.core.fake.script(Error(429, retry_after=45), reply_text(ANSWER))
+    events, visible = await rig.run()
+    assert finished(events).model == BACKUP
+    assert rig.sleeps.asked == []  # the backup answered at once instead of a 45 s wait
+    assert visible.startswith(ANSWER) and "answered by claude-backup" in visible
+
+
+# ---- fallback ----------------------------------------------------------------------------
+
+
+async def test_529_fallback_used_after_retries_and_the_user_is_told(rig: Rig) -> None:
+    rig.core.fake.script(Error(529), Error(529), Error(529), reply_text(ANSWER))
+    events, visible = await rig.run()
+    done = finished(events)
+    assert done.model == BACKUP
+    assert [r.json["model"] for r in rig.core.fake.requests] == [PRIMARY] * 3 + [BACKUP]
+    note = "\n\n(answered by claude-backup: claude-test was overloaded)"
+    assert visible == ANSWER + note and done.text == ANSWER + note
+    # The note is shown, never stored: the model does not see it in later turns.
+    assert await rig.stored_answer() == ANSWER
+    assert rig.breakers.for_model(PRIMARY).state == "open"
+    await assert_next_run_is_valid(rig)
+
+
+async def test_every_model_failing_ends_with_one_clear_error(rig: Rig) -> None:
+    rig.core.fake.responder = lambda body: Error(529)
+    events, visible = await rig.run()
+    failed = events[-1]
+    assert isinstance(failed, RunFailed) and sum(isinstance(e, RunFailed) for e in events) == 1
+    assert "claude-test overloaded, 3 attempts" in failed.message
+    assert "claude-backup overloaded, 3 attempts" in failed.message
+    assert "try again" in failed.message and visible == ""
+    assert len(rig.core.fake.requests) == 6
+    # Both breakers are open now: the next run fails at once, without a request.
+    events, _ = await rig.run()
+    assert isinstance(events[-1], RunFailed) and "paused after repeated failures" in events[-1].message
+    assert len(rig.core.fake.requests) == 6
+    # A minute later the service is back: one probe answers and the conversation is valid.
+    rig.clock.now += 60
+    await assert_next_run_is_valid(rig)
+    assert rig.breakers.for_model(PRIMARY).state == "closed"
+
+
+# ---- streams that break after text was shown -------------------------------------------
+
+
+async def _broken_then_continued(rig: Rig, broken: Reply) -> str:
+    rig.core.fake.script(broken)
+    rig.core.fake.responder = continue_answer(ANSWER)
+    events, visible = await rig.run()
+    done = finished(events)
+    assert visible == ANSWER, "the user's view must read as one answer, nothing repeated"
+    assert done.text == ANSWER and await rig.stored_answer() == ANSWER
+    retry = rig.core.fake.requests[1].json
+    assert retry["messages"][-1]["role"] == "assistant", "continued from the text shown"
+    await assert_next_run_is_valid(rig)
+    return visible
+
+
+async def test_disconnect_mid_stream_continues_without_duplicating_text(rig: Rig) -> None:
+    await _broken_then_continued(rig, Reply(Text(ANSWER[:31], chunk_size=4), Disconnect()))
+
+
+async def test_overload_event_mid_stream_continues_without_duplicating_text(rig: Rig) -> None:
+    await _broken_then_continued(rig, Reply(Text(ANSWER[:27], chunk_size=4), StreamError()))
+
+
+async def test_truncated_stream_is_not_taken_for_a_finished_answer(rig: Rig) -> None:
+    # The body ends cleanly but without message_stop: earlier this stored "The capital of
+    # France is" as the whole answer.
+    await _broken_then_continued(rig, Reply(Text(ANSWER[:24], chunk_size=4), Truncate()))
+    assert rig.core.fake.requests[0].outcome == "truncated"
+
+
+async def test_stalled_stream_is_abandoned_and_continued(fake_api, tmp_path) -> None:
+    rig = await make_rig(fake_api, tmp_path, stall_timeout_s=0.3)
+    try:
+        # Stall(None): no event at all until the client gives up.
+        await _broken_then_continued(rig, Reply(Text(ANSWER[:19], chunk_size=4), Stall(None)))
+        assert fake_api.requests[0].outcome == "client_disconnected"
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
+
+
+async def test_trailing_space_shown_before_a_break_is_not_doubled(rig: Rig) -> None:
+    # The API refuses a prefill ending in whitespace: it is sent trimmed, and the
+    # continuation's own leading space is not shown a second time.
+    await _broken_then_continued(rig, Reply(Text("The capital of ", chunk_size=15), Disconnect()))
+
+
+async def test_break_after_text_with_every_model_down_fails_clearly(rig: Rig) -> None:
+    rig.core.fake.script(Reply(Text("Partial answ", chunk_size=4), Disconnect()))
+    rig.core.fake.responder = lambda body: Error(529)
+    events, visible = await rig.run()
+    assert isinstance(events[-1], RunFailed) and "try again" in events[-1].message
+    assert ANSWER not in visible and visible.count("Partial") <= 1
+    rig.clock.now += 60
+    await assert_next_run_is_valid(rig)
+
+
+# ---- latency fallback ------------------------------------------------------------------
+
+
+async def test_slow_first_token_switches_to_the_next_model(fake_api, tmp_path) -> None:
+    rig = await make_rig(fake_api, tmp_path, slow_first_token_s=0.3)
+    try:
+        fake_api.script_when(lambda body: body["model"] == PRIMARY, Reply(Stall(None), Text("too late")))
+        fake_api.responder = lambda body: reply_text(ANSWER)
+        events, visible = await rig.run()
+        assert finished(events).model == BACKUP
+        assert visible == ANSWER + "\n\n(answered by claude-backup: claude-test was slow to answer)"
+        assert rig.sleeps.asked == []
+        # Slowness is not a failure of the model: its breaker did not count it.
+        assert rig.breakers.for_model(PRIMARY).status().failures == 0
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
+
+
+async def test_slow_first_token_waits_when_no_other_model_is_left(fake_api, tmp_path) -> None:
+    rig = await make_rig(fake_api, tmp_path, fallbacks=(), slow_first_token_s=0.05)
+    try:
+        fake_api.script(Reply(Stall(0.5), Text(ANSWER)))
+        events, visible = await rig.run()
+        assert finished(events).text == ANSWER and visible == ANSWER
+        assert len(fake_api.requests) == 1
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
