@@ -1,0 +1,170 @@
+"""Workers over the wire: two workers with 1-second tools run concurrently; a worker has no
+more rights than the scope that spawned it (and no private context in a group); a worker that
+uses up its turns, crashes, is stopped or is cut off by a restart is reported as such."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from agent_core.workers import WorkerRecord
+from bot.storage import Storage
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import Error, Stall, ToolUse, reply_text, reply_tools
+from tests.fakes.telegram_api import FakeTelegram
+from tests.telegram_harness import GROUP, MEMBER, OWNER, Harness, running, tg  # noqa: F401  (fixture)
+from tests.test_conversations import CANARY_LOG, CANARY_MEMORY, CANARY_USER, CANARY_YESTERDAY, plant_canaries
+
+ALLOW_EXEC = {"main": {"tools": {"exec": "allow"}}}
+
+
+def worker_turn(task: str, turn: int):  # noqa: ANN201
+    """Matches the `turn`-th request of the worker whose task is `task`."""
+
+    def match(body: dict[str, Any]) -> bool:
+        first = json.dumps(body["messages"][0], ensure_ascii=False)
+        return f"Task: {task}" in first and len(body["messages"]) == 2 * turn - 1
+
+    return match
+
+
+def spawn(name: str, task: str, **extra: Any) -> ToolUse:
+    return ToolUse("spawn", {"action": "start", "name": name, "task": task, **extra})
+
+
+def shown(h: Harness, chat: int, needle: str) -> bool:
+    """Whether any bot message in the chat showed `needle`, now or before an edit."""
+    return any(
+        needle in t for m in h.tg.bot_messages(chat) for t in [m.text or "", *(e.text or "" for e in m.edits)]
+    )
+
+
+def results_in(body: dict[str, Any]) -> str:
+    return " ".join(str(b.get("content")) for b in body["messages"][-1]["content"] if b.get("type") == "tool_result")
+
+
+async def parent_result(h: Harness, fake_api: FakeAnthropic, n: int) -> str:
+    """The tool results the parent's `n`-th request (1-based) carries."""
+    def parent(r: Any) -> bool:
+        return r.json is not None and "Task: " not in json.dumps(r.json["messages"][0], ensure_ascii=False)
+
+    found = await fake_api.await_until(lambda rs: len([r for r in rs if parent(r)]) >= n, 15, "parent requests")
+    return results_in([r for r in found if parent(r)][n - 1].json)
+
+
+async def test_two_workers_with_one_second_tools_finish_in_about_one_second(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    for task in ("check disk A", "check disk B"):
+        fake_api.script_when(worker_turn(task, 1), reply_tools(ToolUse("exec", {"command": f"sleep 1; echo {task[-1]}-ok"})))
+        fake_api.script_when(worker_turn(task, 2), reply_text(f"{task}: ok"))
+    fake_api.script(
+        reply_tools(spawn("disk A", "check disk A"), spawn("disk B", "check disk B")),
+        reply_text("Both disks are fine."),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False, policy=ALLOW_EXEC) as h:
+        tg.send_private(OWNER, "check both disks")
+        await h.bot_text(OWNER, lambda t: t.startswith("Both disks are fine."))
+        results = await parent_result(h, fake_api, 2)
+        assert "(“disk A”): completed\ncheck disk A: ok" in results
+        assert "(“disk B”): completed\ncheck disk B: ok" in results
+        workers = await h.app.storage.worker_runs()
+        assert [w.status for w in workers] == ["completed", "completed"]
+        spans = [(w.finished_at - w.started_at).total_seconds() for w in workers if w.finished_at]
+        wall = (max(w.finished_at for w in workers if w.finished_at) - min(w.started_at for w in workers)).total_seconds()
+        assert all(s >= 1.0 for s in spans), spans  # each really ran its 1-second tool
+        # Concurrent, not serial: each exec started before the other finished, and both
+        # workers together took less than the 2 s two serial 1-second tools need at least.
+        (a_start, a_end), (b_start, b_end) = await exec_spans(h)
+        assert a_start < b_end and b_start < a_end, "the workers' tools did not overlap"
+        assert wall < 2.0, f"two 1-second workers took {wall:.2f} s"
+        assert shown(h, OWNER, "👷 2 workers running")  # the chat's status line while they ran
+
+
+async def exec_spans(h: Harness) -> list[tuple[Any, Any]]:
+    from sqlalchemy import text
+
+    async with h.app.storage.engine.connect() as conn:
+        rows = await conn.execute(text("SELECT started_at, finished_at FROM tool_calls WHERE name = 'exec'"))
+        return [(r[0], r[1]) for r in rows]
+
+
+async def test_worker_in_a_group_cannot_use_what_the_group_denies_and_sees_nothing_private(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script_when(worker_turn("list the files", 1), reply_tools(ToolUse("exec", {"command": "ls"})))
+    fake_api.script_when(worker_turn("list the files", 2), reply_text("exec was denied."))
+    steps = [{"title": "list the files", "done_when": "the worker reported"}]
+    fake_api.script(
+        reply_tools(ToolUse("plan", {"action": "create", "steps": steps}), spawn("lister", "list the files")),
+        reply_text("The worker could not run exec."),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        plant_canaries(h.workspace)
+        tg.send_group(GROUP, MEMBER, "list the files", mention=True, first_name="Bob")
+        await h.bot_text(GROUP, lambda t: t.startswith("The worker could not run exec."))
+        worker_requests = [r for r in fake_api.requests if "Task: list the files" in r.body.decode()]
+        assert len(worker_requests) == 2
+        denied = results_in(worker_requests[1].json)
+        assert "Denied by policy: exec" in denied
+        tools = {t["name"] for t in worker_requests[0].json["tools"]}
+        assert not tools & {"spawn", "ask_user", "plan", "send_message", "schedule"}  # depth 1, no chat
+        for request in fake_api.requests:
+            body = request.body.decode()
+            for canary in (CANARY_USER, CANARY_MEMORY, CANARY_LOG, CANARY_YESTERDAY):
+                assert canary not in body, f"{canary} reached a group or worker request"
+        (worker,) = await h.app.storage.worker_runs()
+        assert worker.session_key.startswith("group:telegram:")
+        assert await h.app.storage.active_plan(worker.session_key) is not None  # the group's own plan
+        assert await h.app.storage.active_plan("main") is None
+
+
+async def test_worker_out_of_turns_is_reported_as_budget_exceeded_and_a_crashed_one_as_failed(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script_when(worker_turn("loop forever", 1), reply_tools(ToolUse("plan_nothing", {})))
+    # Refused, and refused again after the loop's one repaired retry: the worker's run fails.
+    crash = Error(400, message="bad request from the worker")
+    fake_api.script_when(worker_turn("crash", 1), crash, crash)
+    fake_api.script(
+        reply_tools(spawn("looper", "loop forever", max_turns=1), spawn("crasher", "crash")),
+        reply_text("One ran out of turns, one failed."),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "try both")
+        await h.bot_text(OWNER, lambda t: t.startswith("One ran out of turns, one failed."))
+        results = await parent_result(h, fake_api, 2)
+        assert "(“looper”): budget_exceeded\nUsed its whole budget of 1 turns" in results
+        assert "(“crasher”): failed" in results
+        statuses = {w.name: w.status for w in await h.app.storage.worker_runs()}
+        assert statuses == {"looper": "budget_exceeded", "crasher": "failed"}
+
+
+async def test_stop_cancels_the_parent_and_its_workers(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
+    fake_api.script_when(worker_turn("wait forever", 1), Stall(None))
+    fake_api.script(reply_tools(spawn("sleeper", "wait forever")))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "start a long one")
+        await fake_api.await_until(lambda rs: any("Task: wait forever" in r.body.decode() for r in rs), 10, "worker")
+        tg.send_private(OWNER, "/stop")
+        await h.says(OWNER, "Stopped.")
+        await h.app.conversations.lanes.drain()
+        (worker,) = await h.app.storage.worker_runs()
+        assert worker.status == "cancelled"
+        assert h.app.conversations.workers is not None and h.app.conversations.workers.running == 0
+
+
+async def test_worker_left_running_by_a_dead_process_is_reported_interrupted(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        url = h.app.settings.db_url
+    storage = await Storage.open(url)
+    try:  # what a killed process leaves behind: a worker row still "running"
+        await storage.add_worker(WorkerRecord("w1", "run-1", "main", "sleeper", "wait", started_at=datetime.now(UTC)))
+    finally:
+        await storage.aclose()
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        (worker,) = await h.app.storage.worker_runs()
+        assert worker.status == "interrupted" and worker.result == "Interrupted by a restart before it finished."
