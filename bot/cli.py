@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from bot import cli_access, cli_audit, cli_grants, cli_jobs
+from bot import cli_access, cli_audit, cli_grants, cli_jobs, cli_status
 from bot.settings import ConfigError, Settings, load_settings
 
 EXIT_CONFIG = 2
@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "audit": cli_audit.run,
         "grants": cli_grants.run,
         "jobs": cli_jobs.run,
+        "status": cli_status.run,
     }[args.command]
     try:
         return asyncio.run(handler(settings, args))
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_audit.add_parser(sub)
     cli_grants.add_parser(sub)
     cli_jobs.add_parser(sub)
+    cli_status.add_parser(sub)
     return parser
 
 

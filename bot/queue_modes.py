@@ -26,7 +26,8 @@ DESCRIPTIONS: dict[str, str] = {
 
 async def queue_command(c: Conversations, command: Command, inbound: Inbound, route: Accept) -> str:
     """`/queue` shows the session's mode; `/queue <mode>` sets it (persisted); `/queue
-    default` goes back to the configured one. In a group only the owner may change it."""
+    default` goes back to the configured one. In a group: the owner and the group's admins
+    (bot.roles)."""
     key = route.session_key
     arg = command.args.strip().lower()
     if not arg:
@@ -35,8 +36,6 @@ async def queue_command(c: Conversations, command: Command, inbound: Inbound, ro
         return f"Queue mode here: {mode} ({DESCRIPTIONS[mode]}).\n{options}"
     if arg not in (*QUEUE_MODES, "default"):
         return f"Unknown mode {arg!r}. Modes: {', '.join(QUEUE_MODES)} (or default)."
-    if inbound.chat_kind == "group" and not route.is_owner:
-        return "Only my owner can change how this group's messages queue."
     mode: QueueMode | None = None if arg == "default" else arg  # type: ignore[assignment]
     await c.storage.ensure_session(key, route.scope.value, inbound.platform, inbound.chat_id)
     await c.storage.set_queue_mode(key, mode)

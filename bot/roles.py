@@ -60,6 +60,8 @@ GROUP_COMMAND_RULES: dict[str, Who] = {
     "model": Who.ADMIN,  # showing the model (no argument) is for anyone
     "new": Who.ADMIN,
     "stop": Who.STARTER,
+    "usage": Who.ANYONE,  # in a group: that group's figures only
+    "queue": Who.ADMIN,
 }
 """Commands not listed here are the owner's alone in a group."""
 
