@@ -16,6 +16,12 @@ from adapters.console import IDENTITY as CONSOLE_IDENTITY
 from agent_core.approvals import ApprovalGate
 from agent_core.builtin_tools import default_tools
 from agent_core.builtin_tools.schedule_tool import make_schedule_tool
+from agent_core.builtin_tools.ask_user import make_ask_user_tool
+from agent_core.builtin_tools.plan_tool import make_plan_tool
+from agent_core.builtin_tools.spawn_tool import make_spawn_tool
+from agent_core.plans import PlanBook
+from agent_core.questions import QuestionDesk
+from agent_core.workers import WorkerPool
 from agent_core.breaker import Breakers
 from agent_core.failover import FailoverLLM
 from agent_core.llm import LLMClient, LLMRequest, StreamItem
@@ -126,6 +132,8 @@ async def build(
             for run in await storage.mark_interrupted_runs():
                 log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
             await storage.prune_seen_updates()
+            for worker in await storage.interrupt_workers():  # reported, never silently lost
+                log.info("worker.interrupted_by_restart", extra={"worker": worker.id, "run": worker.parent_run_id})
 
         memory = MemoryIndex(storage.engine, root)
         await memory.sync()
@@ -158,6 +166,11 @@ async def build(
             heartbeat_settings=settings.heartbeat,
         )
         registry.register(make_schedule_tool(JobBook(scheduler)))
+        # Structured execution: plans with evidence, questions back to the user, workers.
+        plans = PlanBook(storage)
+        questions = QuestionDesk(storage)
+        registry.register(make_plan_tool(plans))
+        registry.register(make_ask_user_tool(questions))
         gate = ApprovalGate(
             storage, approvers=[*settings.owners, *settings.approvers, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s,
             audit=storage,
@@ -173,6 +186,20 @@ async def build(
             registry, gate, storage, audit=storage, default_timeout_s=settings.agent.tool_timeout_s,
             policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx),
         )
+
+        def worker_runner(tools: ToolRegistry) -> ToolRunner:
+            # The same gate, policy and limits as the parent's runner: never more rights.
+            return ToolRunner(
+                tools, gate, storage, audit=storage, default_timeout_s=settings.agent.tool_timeout_s,
+                policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx),
+            )
+
+        loop_config = LoopConfig(
+            model=settings.agent.model, max_turns=settings.agent.max_turns, max_tokens=settings.agent.max_tokens
+        )
+        workers = WorkerPool(llm=llm, tools=registry, runner=worker_runner, store=storage, config=loop_config)
+        stack.push_async_callback(workers.aclose)
+        registry.register(make_spawn_tool(workers))
 
         def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202
             return build_context(root, session_key, scope, now, live.policy.roots_for(scope, session_key))
@@ -196,11 +223,8 @@ async def build(
             store=storage,
             context=context,
             tool_context=tool_context,
-            config=LoopConfig(
-                model=settings.agent.model,
-                max_turns=settings.agent.max_turns,
-                max_tokens=settings.agent.max_tokens,
-            ),
+            config=loop_config,
+            pinned=lambda request: plans.pinned(request.session_key),  # goal lock + current step
         )
         router = Router(
             storage,
@@ -228,11 +252,13 @@ async def build(
             ),
         )
         stack.push_async_callback(conversations.aclose)
-        conversations.breakers = breakers
         conversations.lanes.load_modes(await storage.queue_modes())  # each session's /queue choice
+        conversations.breakers = breakers
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
         conversations.jobs = JobRuns(storage, scheduler)
+        conversations.questions, conversations.workers = questions, workers
+        questions.resume = conversations.resume_question
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs
             await scheduler.start()
