@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -239,6 +240,15 @@ def _reason(exc: LLMError) -> str:
     if isinstance(exc, LLMExhausted):
         return "paused after repeated failures"
     return "unavailable"
+
+
+_NOTE = re.compile(r"\n\n\(answered by [^\n]*\)\Z")
+
+
+def without_fallback_note(text: str) -> str:
+    """The visible answer without the fallback note ending it (e.g. so a heartbeat's
+    "nothing to report" is still recognised when a fallback model said it)."""
+    return _NOTE.sub("", text)
 
 
 def _note(used: str, requested: str, error: LLMError | None) -> str:

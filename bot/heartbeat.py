@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent_core.failover import without_fallback_note
+
 OK = "HEARTBEAT_OK"
 FILE = "HEARTBEAT.md"
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
@@ -86,4 +88,4 @@ def prompt(text: str) -> str:
 
 def is_silent(answer: str) -> bool:
     """An answer that only says all is well (the token, maybe with punctuation/whitespace)."""
-    return answer.strip().strip(".!*`_ ").strip() == OK
+    return without_fallback_note(answer).strip().strip(".!*`_ ").strip() == OK

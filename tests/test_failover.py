@@ -197,3 +197,13 @@ async def test_slow_first_token_waits_when_no_other_model_is_left(fake_api, tmp_
         await rig.llm.aclose()
         await rig.core.llm.aclose()
         await rig.core.storage.aclose()
+
+
+async def test_heartbeat_ok_answered_by_a_fallback_is_still_silent(rig: Rig) -> None:
+    # The fallback note must not turn "nothing to report" into a message to the owner.
+    from bot.heartbeat import is_silent
+
+    rig.core.fake.script(Error(529), Error(529), Error(529), reply_text("HEARTBEAT_OK"))
+    events, visible = await rig.run("heartbeat")
+    assert finished(events).model == BACKUP and "answered by claude-backup" in visible
+    assert is_silent(visible)
