@@ -168,3 +168,22 @@ async def test_worker_left_running_by_a_dead_process_is_reported_interrupted(
     async with running(tmp_path, tg, fake_api, paced=False) as h:
         (worker,) = await h.app.storage.worker_runs()
         assert worker.status == "interrupted" and worker.result == "Interrupted by a restart before it finished."
+
+
+async def test_a_workers_approval_card_names_the_worker_and_its_task(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    from tests.test_telegram_approvals import cards, press
+
+    fake_api.script_when(worker_turn("write the marker", 1), reply_tools(ToolUse("exec", {"command": "echo hi"})))
+    fake_api.script_when(worker_turn("write the marker", 2), reply_text("marker written"))
+    fake_api.script(reply_tools(spawn("marker", "write the marker")), reply_text("The worker wrote it."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "have a worker write the marker")
+        (card,) = await cards(h)
+        assert "Worker “marker” (task: write the marker)" in (card.text or "")
+        assert "echo hi" in (card.text or "")
+        await press(h, card, "✅ Approve once")
+        await h.bot_text(OWNER, lambda t: t.startswith("The worker wrote it."))
+        (worker,) = await h.app.storage.worker_runs()
+        assert worker.status == "completed" and worker.result == "marker written"
