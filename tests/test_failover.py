@@ -207,3 +207,39 @@ async def test_heartbeat_ok_answered_by_a_fallback_is_still_silent(rig: Rig) -> 
     events, visible = await rig.run("heartbeat")
     assert finished(events).model == BACKUP and "answered by claude-backup" in visible
     assert is_silent(visible)
+
+
+async def test_break_after_a_complete_tool_call_runs_the_tool_once(rig: Rig) -> None:
+    # Text, a whole tool_use, then the connection drops before the message ends: the
+    # continuation (prefilled with the text) asks for the tool again, and it runs once.
+    from tests.fakes.anthropic_script import ToolUse, reply_tools
+
+    rig.core.fake.script(Reply(Text("Let me count."), ToolUse("big", {"count": 2}), Disconnect()))
+
+    def respond(body: dict) -> Reply:
+        last = body["messages"][-1]
+        if last["role"] == "assistant":  # the continuation after the break
+            return reply_tools(ToolUse("big", {"count": 2}))
+        return reply_text("There were two lines.")
+
+    rig.core.fake.responder = respond
+    events, visible = await rig.run("count")
+    assert finished(events).text == visible
+    assert visible.count("Let me count.") == 1 and visible.endswith("There were two lines.")
+    results = [
+        b for m in rig.core.fake.requests[-1].json["messages"] if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"] if b.get("type") == "tool_result"
+    ]  # fmt: skip
+    assert len(results) == 1 and results[0]["content"] == "line 0\nline 1\n"
+    await assert_next_run_is_valid(rig)
+
+
+async def test_break_after_text_is_continued_by_the_fallback_model(rig: Rig) -> None:
+    rig.core.fake.script(Reply(Text(ANSWER[:30], chunk_size=5), StreamError()), Error(529), Error(529))
+    rig.core.fake.responder = continue_answer(ANSWER)
+    events, visible = await rig.run()
+    done = finished(events)
+    assert done.model == BACKUP
+    assert visible == ANSWER + "\n\n(answered by claude-backup: claude-test was overloaded)"
+    assert await rig.stored_answer() == ANSWER
+    assert rig.core.fake.requests[-1].json["messages"][-1]["role"] == "assistant"
