@@ -11,6 +11,11 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_state import StoredMessage
+from tests.discord_harness import MEMBER as DC_MEMBER
+from tests.discord_harness import OWNER as DC_OWNER
+from tests.discord_harness import dc  # noqa: F401  (fixture)
+from tests.discord_harness import running as running_discord
+from tests.fakes.discord_api import FakeDiscord
 from tests.telegram_harness import OWNER, STRANGER, Harness, running, tg  # noqa: F401  (fixture)
 
 QUESTION = "Which server should I restart?"
@@ -103,3 +108,29 @@ async def test_a_restart_while_waiting_keeps_the_question_and_the_reply_still_re
         shown = " ".join(str(b.get("text") or b.get("content")) for b in last_user["content"])
         assert QUESTION in shown and "web-2" in shown, shown
         assert await h.app.storage.pending_question("main") is None
+
+
+
+async def test_discord_option_button_answers_and_a_non_addressee_is_told_ephemerally(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """The same question on Discord: buttons through the generic button path, no Discord code
+    in the core."""
+    fake_api.script(
+        reply_tools(ToolUse("ask_user", {"question": QUESTION, "options": ["web-1", "web-2"]})),
+        reply_text("Restarting web-2 now."),
+    )
+    async with running_discord(tmp_path, dc, fake_api, paced=False) as h:
+        dm = dc.dm_channel(DC_OWNER)
+        dc.say(dm, DC_OWNER, "restart the server that is down")
+        card = await h.bot_text(dm, lambda t: t == f"❓ {QUESTION}")
+        assert set(card.custom_ids) == {"web-1", "web-2"}
+
+        refused = dc.press(card.id, DC_MEMBER, label="web-2")
+        done = await dc.await_for(lambda: (i := dc.interaction(refused)).followups and i)
+        assert [f["content"] for f in done.followups] == ["This question isn't for you."]
+        assert len(fake_api.requests) == 1
+
+        dc.press(card.id, DC_OWNER, label="web-2")
+        await h.bot_text(dm, lambda t: t.startswith("Restarting web-2 now."))
+        assert "answered: web-2" in answer_in(fake_api.requests[1].json)

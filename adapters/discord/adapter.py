@@ -299,9 +299,22 @@ class DiscordAdapter:
             self._answered.discard(key)
 
     async def _action(self, interaction: discord.Interaction, action: str) -> None:
-        """A standalone message's button: today only "pair:<code>" (the owner approves)."""
+        """A standalone message's button: "pair:<code>" (the owner approves) or an ask_user
+        option "ask:<id>:<n>" (only the question's addressee answers)."""
         await interaction.response.defer()
         assert self._handler is not None
+        if action.startswith("ask:"):
+            answer = await self._handler.press_button("discord", action, f"discord:{interaction.user.id}")
+            if not answer.done:
+                await _followup(interaction, answer.text)
+                return
+            text = interaction.message.content if interaction.message else ""
+            try:
+                await interaction.edit_original_response(content=f"{text}\n\n{answer.text}"[:DISCORD_LIMIT], view=None,
+                                                         allowed_mentions=NO_MENTIONS)
+            except discord.HTTPException as exc:
+                log.warning("discord.question_edit_failed: %s", exc)
+            return
         if not action.startswith("pair:"):
             await _followup(interaction, "This button is no longer active.")
             return

@@ -129,7 +129,10 @@ class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
         await on_press(interaction, self.press)
 
 
-class ActionButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"pair:(?P<code>[A-Za-z0-9]{1,32})"):
+class ActionButton(
+    discord.ui.DynamicItem[discord.ui.Button[Any]],
+    template=r"pair:(?P<code>[A-Za-z0-9]{1,32})|ask:[0-9a-f]{1,32}:[0-9]{1,2}",  # pairing, ask_user options
+):
     """A button on a standalone message (`adapters.base.Button`), e.g. "pair:<code>"; like
     approval buttons it works after a restart (the action is the whole custom_id)."""
 
