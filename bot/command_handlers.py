@@ -138,6 +138,7 @@ class CommandHandlers:
             return "I'm in the middle of an answer; /stop it first, then /new."
         await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
         await self._c.storage.new_epoch(route.session_key)
+        await structured.end_with_session(self._c, route.session_key)  # goal lock, plan, question
         # "Always allow" was given for the conversation that just ended, not forever.
         cleared = await self._c.storage.clear_grants(route.session_key)
         note = f" {cleared} 'always allow' permission(s) were reset." if cleared else ""

@@ -4,6 +4,7 @@ tool_result in the stored transcript, then a run continues from there)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,18 @@ async def plan_command(c: Conversations, session_key: str) -> str:
     if plan is not None:
         parts.append(plan.describe())
     return "\n\n".join(parts) if parts else "No plan in this chat yet. Ask me for a multi-step task."
+
+
+async def end_with_session(c: Conversations, session_key: str) -> None:
+    """/new: the goal lock, the active plan and a question left pending (e.g. by a restart)
+    belong to the conversation that ended."""
+    await c.storage.clear_goal_lock(session_key)
+    plan = await c.storage.active_plan(session_key)
+    if plan is not None:
+        await c.storage.save_plan(dataclasses.replace(plan, state="aborted", outcome="Ended by /new."))
+    question = await c.storage.pending_question(session_key)
+    if question is not None:
+        await c.storage.close_question(question.id, "cancelled", None, None)
 
 
 async def press_question(c: Conversations, action: str, identity: str) -> ButtonAnswer:

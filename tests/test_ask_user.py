@@ -5,6 +5,7 @@ refused and changes nothing."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.fakes.anthropic_api import FakeAnthropic
@@ -134,3 +135,42 @@ async def test_discord_option_button_answers_and_a_non_addressee_is_told_ephemer
         dc.press(card.id, DC_OWNER, label="web-2")
         await h.bot_text(dm, lambda t: t.startswith("Restarting web-2 now."))
         assert "answered: web-2" in answer_in(fake_api.requests[1].json)
+
+
+async def test_stop_while_waiting_closes_the_question_and_the_next_message_is_a_new_request(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(reply_tools(ToolUse("ask_user", {"question": QUESTION})), reply_text("Hello again."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "restart the server that is down")
+        await h.says(OWNER, f"❓ {QUESTION}")
+        tg.send_private(OWNER, "/stop")
+        await h.says(OWNER, "Stopped.")
+        await h.app.conversations.lanes.drain()
+        assert await h.app.storage.pending_question("main") is None
+        tg.send_private(OWNER, "hi")
+        await h.bot_text(OWNER, lambda t: t.startswith("Hello again."))
+        assert await runs_of(h) == 2  # a new run, not an answer to the closed question
+
+
+async def test_new_after_a_restart_drops_the_old_question_goal_and_plan(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    steps = [{"title": "pick a server", "done_when": "the user named one"}]
+    fake_api.script(
+        reply_tools(ToolUse("plan", {"action": "create", "steps": steps, "goal": "restart the broken server"})),
+        reply_tools(ToolUse("ask_user", {"question": QUESTION})),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "restart the server that is down")
+        await h.says(OWNER, f"❓ {QUESTION}")
+    fake_api.script(reply_text("Fresh start."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "/new")
+        await h.bot_text(OWNER, lambda t: t.startswith("Started a fresh session"))
+        tg.send_private(OWNER, "web-2")  # no longer an answer to the old question
+        await h.bot_text(OWNER, lambda t: t.startswith("Fresh start."))
+        fresh = fake_api.requests[-1].json
+        assert "restart the broken server" not in json.dumps(fresh["system"])
+        assert len(fresh["messages"]) == 1
+        assert await h.app.storage.goal_lock("main") is None and await h.app.storage.active_plan("main") is None

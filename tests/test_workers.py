@@ -187,3 +187,23 @@ async def test_a_workers_approval_card_names_the_worker_and_its_task(
         await h.bot_text(OWNER, lambda t: t.startswith("The worker wrote it."))
         (worker,) = await h.app.storage.worker_runs()
         assert worker.status == "completed" and worker.result == "marker written"
+
+
+async def test_parent_continues_and_collects_later_and_a_sixth_child_is_refused(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    for n in range(5):
+        fake_api.script_when(worker_turn(f"count to {n}", 1), reply_text(f"counted to {n}"))
+    fake_api.script(
+        reply_tools(*(spawn(f"w{n}", f"count to {n}", wait=False) for n in range(6))),
+        reply_tools(ToolUse("spawn", {"action": "wait"})),
+        reply_text("All five counted."),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "count in parallel")
+        await h.bot_text(OWNER, lambda t: t.startswith("All five counted."))
+        started = await parent_result(h, fake_api, 2)
+        assert started.count("started; collect its result with action wait") == 5
+        assert "Not started: a run may spawn at most 5 workers." in started
+        collected = await parent_result(h, fake_api, 3)
+        assert all(f"(“w{n}”): completed\ncounted to {n}" in collected for n in range(5)), collected

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 from agent_core.plans import GoalLock, Plan, Step
 from agent_core.questions import Question, QuestionState
@@ -65,6 +65,11 @@ class PlanRepository(RepositoryBase):
         async with self._tx() as s:
             stmt = self._insert(GoalLockModel).values(session_key=lock.session_key, **values)
             await s.execute(stmt.on_conflict_do_update(index_elements=["session_key"], set_=values))
+
+    async def clear_goal_lock(self, session_key: str) -> bool:
+        async with self._tx() as s:
+            result = await s.execute(delete(GoalLockModel).where(GoalLockModel.session_key == session_key))
+            return rowcount(result) == 1
 
     # -- questions -------------------------------------------------------------------------
 
