@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ MAX_CORRECTIONS = 3
 MIN_GOAL_CHECK_CHARS = 12
 """A goal_check shorter than this ("ok", "done") states no evidence."""
 MAX_STEPS = 20
+_PINNED_KEPT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +114,26 @@ class PlanBook:
     def __init__(self, store: PlanStore, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._store = store
         self._now = now
+        # Pinned text per session, read on every model call: kept here so a turn costs no
+        # query. Every write goes through this book (or `forget`), which drops the entry.
+        self._pinned: OrderedDict[str, str] = OrderedDict()
+
+    def forget(self, session_key: str) -> None:
+        """The session's plan or goal changed outside the book (e.g. /new)."""
+        self._pinned.pop(session_key, None)
 
     async def pinned(self, session_key: str) -> str:
         """The volatile tail's pinned block: goal lock and the active plan's current step."""
+        text = self._pinned.get(session_key)
+        if text is None:
+            text = self._pinned[session_key] = await self._read_pinned(session_key)
+            while len(self._pinned) > _PINNED_KEPT:
+                self._pinned.popitem(last=False)
+        else:
+            self._pinned.move_to_end(session_key)
+        return text
+
+    async def _read_pinned(self, session_key: str) -> str:
         parts = []
         lock = await self._store.goal_lock(session_key)
         if lock is not None:
@@ -133,6 +152,7 @@ class PlanBook:
         self, session_key: str, run_id: str, steps: list[tuple[str, str]],
         goal: str | None, constraints: list[str] | None,
     ) -> Verdict:  # fmt: skip
+        self.forget(session_key)
         if not steps:
             return Verdict("A plan needs at least one step, each with a done_when.", error=True)
         if len(steps) > MAX_STEPS:
@@ -164,6 +184,7 @@ class PlanBook:
         )
 
     async def advance(self, session_key: str, goal_check: str | None, summary: str | None = None) -> Verdict:
+        self.forget(session_key)
         plan = await self._store.active_plan(session_key)
         if plan is None:
             return Verdict("There is no active plan; create one first (action create).", error=True)
@@ -218,6 +239,7 @@ class PlanBook:
 
     async def update(self, session_key: str, steps: list[tuple[str, str]], reason: str | None) -> Verdict:
         """Replace the steps not yet done (the done ones and their evidence stay)."""
+        self.forget(session_key)
         plan = await self._store.active_plan(session_key)
         if plan is None:
             return Verdict("There is no active plan; create one first (action create).", error=True)
@@ -236,6 +258,7 @@ class PlanBook:
                        progress=plan.progress())  # fmt: skip
 
     async def abort(self, session_key: str, done: str | None, not_done: str | None, why: str | None) -> Verdict:
+        self.forget(session_key)
         if not (why or "").strip():
             return Verdict("abort needs `why` (and what was done and not done), for the user.", error=True)
         plan = await self._store.active_plan(session_key)
@@ -253,6 +276,7 @@ class PlanBook:
     async def set_goal(
         self, session_key: str, goal: str | None, constraints: list[str] | None, reason: str | None
     ) -> tuple[Verdict, GoalLock | None]:
+        self.forget(session_key)
         if not (goal or "").strip():
             return Verdict("set_goal needs the new goal.", error=True), None
         if not (reason or "").strip():

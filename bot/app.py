@@ -257,7 +257,7 @@ async def build(
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
         conversations.jobs = JobRuns(storage, scheduler)
-        conversations.questions, conversations.workers = questions, workers
+        conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         questions.resume = conversations.resume_question
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs

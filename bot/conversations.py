@@ -39,6 +39,7 @@ from bot.storage.inbox import InboxMessage, InboxRow
 from workspace.daily_log import append_run_entry
 
 if TYPE_CHECKING:
+    from agent_core.plans import PlanBook
     from agent_core.questions import Question, QuestionDesk
     from agent_core.workers import WorkerPool
     from agent_core.breaker import Breakers
@@ -134,6 +135,8 @@ class Conversations:
         """ask_user's pending questions (set by bot.app); a reply answers before any lane."""
         self.workers: WorkerPool | None = None
         """Workers spawned by runs (set by bot.app); a run's workers end with it."""
+        self.plans: PlanBook | None = None
+        """Plans and goal locks (set by bot.app): /new ends them."""
         self.breakers: Breakers | None = None
         """The process's model circuit breakers, for /status (set by bot.app)."""
 

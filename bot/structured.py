@@ -51,6 +51,8 @@ async def end_with_session(c: Conversations, session_key: str) -> None:
     question = await c.storage.pending_question(session_key)
     if question is not None:
         await c.storage.close_question(question.id, "cancelled", None, None)
+    if c.plans is not None:
+        c.plans.forget(session_key)
 
 
 async def press_question(c: Conversations, action: str, identity: str) -> ButtonAnswer:

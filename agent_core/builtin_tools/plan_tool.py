@@ -62,6 +62,7 @@ def make_plan_tool(book: PlanBook) -> Tool[PlanInput]:
                         f"🎯 Goal changed: {lock.goal}" + (f"\nConstraints:\n{shown}" if shown else "")
                         + f"\nWhy: {lock.reason}"
                     )
+        book.forget(ctx.session_key)  # the next model call reads the plan as now stored
         return await _report(verdict, ctx)
 
     return Tool(
