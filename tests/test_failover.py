@@ -243,3 +243,25 @@ async def test_break_after_text_is_continued_by_the_fallback_model(rig: Rig) -> 
     assert visible == ANSWER + "\n\n(answered by claude-backup: claude-test was overloaded)"
     assert await rig.stored_answer() == ANSWER
     assert rig.core.fake.requests[-1].json["messages"][-1]["role"] == "assistant"
+
+
+async def test_connection_dropped_before_any_answer_is_retried(rig: Rig) -> None:
+    rig.core.fake.script(Disconnect(), reply_text(ANSWER))
+    events, visible = await rig.run()
+    assert finished(events).text == ANSWER and visible == ANSWER
+    assert rig.sleeps.asked == [1.0] and rig.core.fake.requests[0].outcome == "dropped"
+    await assert_next_run_is_valid(rig)
+
+
+async def test_response_that_never_starts_counts_as_a_stall(fake_api, tmp_path) -> None:
+    # No headers at all: the SDK's own timeout is 120 s; the stall limit ends it first.
+    rig = await make_rig(fake_api, tmp_path, stall_timeout_s=0.3)
+    try:
+        fake_api.script(Stall(None), reply_text(ANSWER))
+        events, visible = await rig.run()
+        assert finished(events).text == ANSWER and visible == ANSWER
+        assert [r.json["model"] for r in fake_api.requests] == [PRIMARY, PRIMARY]
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
