@@ -152,8 +152,10 @@ async def build(
         # One breaker per model for the whole process: every session and job shares them.
         report = settings.home_dir / breaker_report.FILE_NAME
         breakers = Breakers(on_change=lambda b: breaker_report.write(report, b) if recover else None)
+        # The configured model is a fallback too, for a session that chose another with /model.
         llm = FailoverLLM(
-            llm, settings.agent.fallback_models, retry=RetryPolicy(max_retries=settings.agent.max_retries),
+            llm, [settings.agent.model, *settings.agent.fallback_models],
+            retry=RetryPolicy(max_retries=settings.agent.max_retries),
             breakers=breakers, slow_first_token_s=settings.agent.slow_first_token_s,
         )  # fmt: skip
 

@@ -207,3 +207,15 @@ async def test_breaker_is_shared_by_the_app_and_shown_in_status_and_doctor(tmp_p
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 4)
         assert fake_api.requests[-1].json["model"] == BACKUP and len(fake_api.requests) == 7
 
+
+
+async def test_model_chosen_with_slash_model_falls_back_to_the_configured_one(tmp_path, fake_api) -> None:
+    async with running_app(tmp_path, fake_api, agent={"fallback_models": [BACKUP]}) as (app, adapter):
+        await adapter.say(private(OWNER_ID, f"/model {BACKUP}"))
+        fake_api.responder = lambda body: Error(529) if body["model"] == BACKUP else reply_text("configured here")
+        await adapter.say(private(OWNER_ID, "hello"))
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
+        assert [r.json["model"] for r in fake_api.requests] == [BACKUP, PRIMARY]
+        reply = adapter.closed_replies()[0].outcome
+        # The user's choice did not answer: they are told which model did.
+        assert reply.text == "configured here\n\n(answered by claude-test: claude-backup was overloaded)"
