@@ -410,7 +410,7 @@ class Conversations:
             if self.workers is not None:  # a stopped or finished run takes its workers along
                 await asyncio.shield(self.workers.cancel_run(request.run_id))
             await asyncio.shield(self._finish(sink, key, items, outcome, cancelled))
-            await asyncio.shield(self.metrics.finish(request.run_id, meter, owner_notifier(self.adapters, self.router)))
+            self.metrics.finish_later(request.run_id, meter, owner_notifier(self.adapters, self.router))
             if last.job is not None and self.jobs is not None and not (cancelled and self._closing):
                 await asyncio.shield(
                     self.jobs.finished(last.job, sink, request.run_id, outcome, cancelled, adapter, target)
@@ -490,6 +490,7 @@ class Conversations:
             waiting[(inbound.platform, inbound.chat_id, inbound.thread_id)] = inbound
         for inbound in waiting.values():
             await self._notify(inbound, KEPT_NOTICE)
+        await self.metrics.settle()  # stored before the database closes
 
 
 def _inbox_ids(items: list[Pending]) -> list[int]:

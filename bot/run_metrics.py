@@ -12,6 +12,7 @@ once each (claimed in `notices_sent` first, so a restart never repeats one).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -47,6 +48,7 @@ class RunMeter:
 
     clock: Callable[[], float]
     started: float = 0.0
+    ended: float | None = None
     first_token_s: float | None = None
     tool_calls: int = 0
     tool_errors: int = 0
@@ -67,8 +69,12 @@ class RunMeter:
         elif isinstance(event, RunFinished | RunFailed):
             self.outcome = event
 
+    def stop(self) -> None:
+        if self.ended is None:
+            self.ended = self.clock()
+
     def elapsed(self) -> float:
-        return self.clock() - self.started
+        return (self.clock() if self.ended is None else self.ended) - self.started
 
 
 class Metrics:
@@ -85,6 +91,20 @@ class Metrics:
         self.storage = storage
         self.clock = clock
         self.now = now
+        self._pending: set[asyncio.Task[RunMetrics | None]] = set()
+
+    def finish_later(self, run_id: str, meter: RunMeter, notify: Notify) -> None:
+        """`finish` once the caller has moved on: recording never keeps a session's lane
+        busy (the next message would be told to wait). Owned here; `settle` awaits them."""
+        meter.stop()
+        task = asyncio.create_task(self.finish(run_id, meter, notify), name=f"metrics:{run_id}")
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def settle(self) -> None:
+        """Wait until every run's metrics are stored (shutdown, before storage closes; tests)."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     def meter(self) -> RunMeter:
         return RunMeter(self.clock)

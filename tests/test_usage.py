@@ -66,6 +66,7 @@ async def test_usage_figures_equal_the_sum_of_the_stored_runs(tmp_path, fake_api
             await adapter.say(inbound)
             await adapter.wait_for(lambda n=i: len(adapter.closed_replies()) == n + 1, timeout=15)
         await app.conversations.lanes.drain()
+        await app.conversations.metrics.settle()
 
         report = await usage(adapter, private(OWNER_ID, "/usage"))
         total = TOTAL.search(report)
@@ -122,6 +123,7 @@ async def test_a_run_over_fifty_tool_calls_is_an_anomaly_told_once(tmp_path, fak
         await adapter.say(private(OWNER_ID, "hello"))
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
         await app.conversations.lanes.drain()
+        await app.conversations.metrics.settle()
         run_id = (await app.storage.inbox_rows())[0].run_id
         stored = await app.storage.run_metrics(run_id)
         assert stored is not None
@@ -148,6 +150,7 @@ async def test_error_rate_over_twenty_percent_in_the_last_hour_is_told_once(tmp_
             await adapter.say(private(OWNER_ID, f"message {i}"))
             await adapter.wait_for(lambda n=i: len(adapter.closed_replies()) == n + 1, timeout=15)
             await app.conversations.lanes.drain()
+            await app.conversations.metrics.settle()
             if i == 3:  # 1 of 4 failed: under 5 runs, no rate yet
                 assert owner_warnings(adapter) == []
         # 2 of 5 failed (40 %) → told; 3 of 6 in the same hour → not told again.
