@@ -91,8 +91,9 @@ async def test_fifty_sessions_run_concurrently(tmp_path, fake_api) -> None:
             await adapter.say(group(f"-{chat + 1}", "7", "@roost hi"))
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 50, timeout=60)
         elapsed = time.monotonic() - started
-        # one answer takes ≥ 0.4 s of streaming; serial would be ≥ 20 s
-        assert elapsed < 10, f"50 sessions took {elapsed:.1f} s"
+        # One answer streams for ≥ 0.4 s, so serial runs would take ≥ 20 s. Anything below
+        # that proves concurrency; a tighter bound only measures how loaded the machine is.
+        assert elapsed < 20, f"50 sessions took {elapsed:.1f} s: they ran one after another"
         assert all(r.outcome is not None and r.outcome.text == "x" * 40 for r in adapter.replies)
         assert len({r.target.chat_id for r in adapter.replies}) == 50
 
