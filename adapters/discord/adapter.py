@@ -303,7 +303,7 @@ class DiscordAdapter:
         option "ask:<id>:<n>" (only the question's addressee answers)."""
         await interaction.response.defer()
         assert self._handler is not None
-        if action.startswith("ask:"):
+        if action.startswith(("ask:", "resume:")):  # resume: Continue after a crash (bot.resume)
             answer = await self._handler.press_button("discord", action, f"discord:{interaction.user.id}")
             if not answer.done:
                 await _followup(interaction, answer.text)

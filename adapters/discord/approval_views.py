@@ -131,7 +131,7 @@ class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
 
 class ActionButton(
     discord.ui.DynamicItem[discord.ui.Button[Any]],
-    template=r"pair:(?P<code>[A-Za-z0-9]{1,32})|ask:[0-9a-f]{1,32}:[0-9]{1,2}",  # pairing, ask_user options
+    template=r"pair:(?P<code>[A-Za-z0-9]{1,32})|ask:[0-9a-f]{1,32}:[0-9]{1,2}|resume:[0-9a-f]{1,32}",  # pair, ask, resume
 ):
     """A button on a standalone message (`adapters.base.Button`), e.g. "pair:<code>"; like
     approval buttons it works after a restart (the action is the whole custom_id)."""
