@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ QuestionState = Literal["pending", "answered", "cancelled"]
 PREFIX = "ask:"
 NOT_YOURS = "This question isn't for you."
 STALE = "This question was already answered or is closed."
+_NONE_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,9 @@ class QuestionDesk:
         self._waiting: dict[str, asyncio.Future[tuple[str, str]]] = {}
         self.resume: Resume | None = None
         self._closing = False
+        # Sessions known to have no pending question: every message asks, and questions are
+        # only created here, so a "none" stays true until this desk asks in that session.
+        self._none: OrderedDict[str, None] = OrderedDict()
 
     def aclose(self) -> None:
         """The process is stopping: questions whose runs are cut off now stay pending, so the
@@ -97,8 +102,10 @@ class QuestionDesk:
         )  # fmt: skip
         future: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
         self._waiting[question.id] = future
+        self._none.pop(ctx.session_key, None)
         try:
             await self._store.add_question(question)  # a row before it is a prompt
+            self._none.pop(ctx.session_key, None)  # again: a check may have run while it was stored
             if ctx.emit is not None:
                 await ctx.emit(QuestionAsked(question.id, question.text, question.options))
             shown = f"❓ {question.text}"
@@ -125,8 +132,15 @@ class QuestionDesk:
     async def answer(self, session_key: str, identity: str, text: str) -> AnswerOutcome:
         """A message in `session_key`: if it is the addressee's answer to a pending question,
         take it ("answered": the waiting run goes on; "resumed": a cut-off run continues)."""
+        if session_key in self._none:
+            return "none"
         question = await self._store.pending_question(session_key)
-        if question is None or question.addressee != identity:
+        if question is None:
+            self._none[session_key] = None
+            while len(self._none) > _NONE_KEPT:
+                self._none.popitem(last=False)
+            return "none"
+        if question.addressee != identity:
             return "none"
         return await self._settle(question, text, identity)
 
