@@ -5,13 +5,17 @@ request is valid for the strict fake."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import sqlite3
+import time
+from pathlib import Path
 from typing import Any
 
 from adapters.render.markdown import render_markdown
 from bot.resume import offer_text
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, Stall, Text, last_user_text
+from tests.fakes.anthropic_script import Reply, Stall, Text, ToolUse, last_user_text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_state import StoredMessage
 from tests.telegram_harness import OWNER, STRANGER, Harness, running, tg  # noqa: F401  (fixture)
@@ -102,3 +106,54 @@ async def test_only_the_asker_or_the_owner_may_press_continue(
         assert refused.get("show_alert") is True
         assert len(fake_api.requests) == requests
         assert buttons((await h.says(OWNER, OFFER)))  # still offered
+
+
+async def test_kill_9_while_an_approval_waits_closes_the_card_and_continue_gives_a_valid_request(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(Reply(Text("I'll list the files. "), ToolUse("exec", {"command": "ls -la ~/projects"})))
+    process = roost_run(tmp_path, tg, fake_api)
+    try:
+        await tg.await_for(lambda: tg.is_polling, timeout=30)
+        tg.send_private(OWNER, "what is in my projects folder?")
+        card = await tg.await_for(
+            lambda: next((m for m in tg.bot_messages(OWNER) if buttons(m) and "ls -la" in (m.text or "")), None),
+            timeout=15,
+        )
+        await approval_placed(tmp_path / "home" / "roost.db")
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    fake_api.responder = lambda body: Reply(Text(f"answer to {last_user_text(body)}"))
+
+    async with running(tmp_path, tg, fake_api) as h:
+        # What `roost run` does at start after recovering deliveries (bot/cli.py).
+        await h.app.conversations.close_expired_cards(h.app.expired_at_start)
+        closed = await h.bot_text(OWNER, lambda t: "ls -la" in t and "Expired" in t)
+        assert closed.message_id == card.message_id and not buttons(closed)  # never left live
+        offer = await h.says(OWNER, offer_text("what is in my projects folder?"), timeout=15)
+        await press(h, offer, buttons(offer)["▶ Continue"])
+        await h.says(OWNER, "answer to continue", timeout=15)
+        # The cut-off tool call was answered in the transcript sent (the strict fake checks
+        # every tool_use has its tool_result), then "continue".
+        sent = fake_api.requests[-1].json["messages"]
+        assert any(b.get("type") == "tool_use" for m in sent if m["role"] == "assistant" for b in m["content"])
+        assert sent[-1]["content"][-1]["text"] == "continue"
+
+
+async def approval_placed(db: Path, timeout: float = 10.0) -> None:
+    """Wait until the other process stored where its approval card is (polls its database
+    read-only with a deadline; the condition decides, not the time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                if conn.execute("SELECT 1 FROM approvals WHERE chat_ref IS NOT NULL").fetchone():
+                    return
+        except sqlite3.OperationalError:  # not created or locked yet
+            pass
+        await asyncio.sleep(0.02)  # timing-ok: re-check a condition in another process
+    raise TimeoutError("approval card not recorded")
