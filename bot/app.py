@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from dataclasses import dataclass, field
@@ -77,20 +78,44 @@ class Roost:
 class LazyAnthropic:
     """The anthropic SDK client, imported in a worker thread: the import alone takes ~2 s and
     holds the GIL, so it starts once the adapters are connected (`load`), or at the first
-    run that needs it, whichever comes first."""
+    run that needs it, whichever comes first.
+
+    The thread is a daemon of its own, not the loop's default executor: `asyncio.run` joins
+    the default executor before it returns, so a SIGTERM during the import kept `roost run`
+    alive until the import finished (seconds on a loaded machine). Closed before it loaded,
+    the half-imported SDK is simply abandoned with the process."""
 
     def __init__(self, **client_kwargs: Any) -> None:
         self._kwargs = client_kwargs
-        self._client: asyncio.Task[LLMClient] | None = None
+        self._client: asyncio.Future[LLMClient] | None = None
 
-    def load(self) -> asyncio.Task[LLMClient]:
+    def load(self) -> asyncio.Future[LLMClient]:
         if self._client is None:
-            def load() -> LLMClient:
-                from agent_core.anthropic_llm import AnthropicLLM
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[LLMClient] = loop.create_future()
 
-                return AnthropicLLM(**self._kwargs)
+            def settle(client: LLMClient | None, error: BaseException | None) -> None:
+                if future.done():  # closed meanwhile
+                    return
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(client)  # type: ignore[arg-type]
 
-            self._client = asyncio.create_task(asyncio.to_thread(load), name="load-anthropic")
+            def load() -> None:
+                client: LLMClient | None = None
+                error: BaseException | None = None
+                try:
+                    from agent_core.anthropic_llm import AnthropicLLM
+
+                    client = AnthropicLLM(**self._kwargs)
+                except BaseException as exc:  # handed to whoever awaits the client
+                    error = exc
+                with contextlib.suppress(RuntimeError):  # the loop is already closed
+                    loop.call_soon_threadsafe(settle, client, error)
+
+            threading.Thread(target=load, name="load-anthropic", daemon=True).start()
+            self._client = future
         return self._client
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
@@ -101,12 +126,14 @@ class LazyAnthropic:
     async def aclose(self) -> None:
         if self._client is None:
             return
-        try:
-            client = await self._client
-        except Exception:  # it never loaded; the runs that needed it already said why
-            log.warning("llm.load_failed", exc_info=True)
+        if not self._client.done():  # still importing: nothing to close, and no run waits for it
+            self._client.cancel()
             return
-        await client.aclose()  # type: ignore[attr-defined]
+        if self._client.cancelled() or self._client.exception() is not None:
+            # it never loaded; the runs that needed it already said why
+            log.warning("llm.load_failed", exc_info=None if self._client.cancelled() else self._client.exception())
+            return
+        await self._client.result().aclose()  # type: ignore[attr-defined]
 
 
 @contextlib.asynccontextmanager
