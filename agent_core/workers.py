@@ -73,7 +73,8 @@ class _Worker:
 @dataclass(slots=True)
 class _Family:
     workers: dict[str, _Worker] = field(default_factory=dict)
-    running: int = 0
+    done: int = 0
+    """Workers that recorded their status (shown as finished)."""
 
 
 _NO_CONTEXT = type("_NoContext", (), {"stable": "", "volatile": ""})()
@@ -127,11 +128,15 @@ class WorkerPool:
         turns = min(max_turns or limits.max_turns, limits.max_turns)
         timeout = min(timeout_s or limits.timeout_s, limits.timeout_s)
         self._running += 1
-        family.running += 1
         worker.task = asyncio.create_task(
             self._run(worker, family, ctx, context, tools, turns, timeout), name=f"worker:{record.id}"
         )  # owned here: awaited by wait(), cancelled by cancel_run() / aclose()
+        # Counted down when the task ends, however it ends (even cancelled before it ran).
+        worker.task.add_done_callback(lambda _t: self._ended())
         return record
+
+    def _ended(self) -> None:
+        self._running -= 1
 
     async def wait(self, ctx: ToolContext, ids: Iterable[str] | None = None) -> list[WorkerRecord]:
         """Wait for the run's workers (`ids`, or every one not yet collected); their final
@@ -242,18 +247,17 @@ class WorkerPool:
     async def _finish(
         self, record: WorkerRecord, status: WorkerStatus, result: str, parent: ToolContext, family: _Family
     ) -> None:
-        self._running -= 1
-        family.running -= 1
         try:
             await self._workers_store.finish_worker(record.id, status, result)
         except Exception:
             log.exception("worker.finish_failed", extra={"worker": record.id})
+        family.done += 1
         await self._emit(parent, family)
 
     @staticmethod
     async def _emit(parent: ToolContext, family: _Family) -> None:
         if parent.emit is not None:
-            await parent.emit(WorkersChanged(family.running, len(family.workers) - family.running))
+            await parent.emit(WorkersChanged(len(family.workers) - family.done, family.done))
 
 
 _BRIEF = (
