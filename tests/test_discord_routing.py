@@ -41,15 +41,21 @@ async def test_owner_dm_is_main_and_a_fact_told_there_is_known_on_telegram(
         assert "my cat is called Miso" in system_and_messages(fake_api, 1)
 
 
-async def test_a_stranger_gets_a_pairing_code_and_no_run(tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic) -> None:
+async def test_a_stranger_gets_a_pairing_code_and_the_owners_button_pairs_them(tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic) -> None:
     async with running(tmp_path, dc, fake_api, paced=False) as h:
         dm = dc.dm_channel(STRANGER)
         dc.say(dm, STRANGER, "hello bot")
         told = await h.bot_text(dm, lambda t: PAIRING_CODE.search(t) is not None)
         code = PAIRING_CODE.search(told.content).group(0)  # type: ignore[union-attr]
         owner_note = await h.bot_text(dc.dm_channel(OWNER), lambda t: code in t)
-        assert owner_note.custom_ids  # the owner can approve with a button
         assert not fake_api.requests
+        (label,) = owner_note.custom_ids  # the owner approves with the button
+        dc.press(owner_note.id, OWNER, label=label)
+        paired = await dc.await_for(lambda: (m := dc.message(owner_note.id)).components == [] and m)
+        assert "Paired" in paired.content
+        fake_api.script(reply_text("Welcome, Sam."))
+        dc.say(dm, STRANGER, "hello again")
+        await h.bot_text(dm, lambda t: t == "Welcome, Sam.")
 
 
 async def test_mention_in_an_allowed_channel_answers_in_the_channel_sub_session(

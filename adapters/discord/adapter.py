@@ -299,32 +299,26 @@ class DiscordAdapter:
             self._answered.discard(key)
 
     async def _action(self, interaction: discord.Interaction, action: str) -> None:
-        """A standalone message's button: "pair:<code>" (the owner approves) or an ask_user
-        option "ask:<id>:<n>" (only the question's addressee answers)."""
+        """A standalone message's button: "pair:<code>" (the owner approves a pairing) or
+        a generic one the handler decides (`press_button`); done → the message shows the
+        result and loses its buttons, refused → an ephemeral answer and nothing changes."""
         await interaction.response.defer()
         assert self._handler is not None
-        if action.startswith(("ask:", "resume:")):  # resume: Continue after a crash (bot.resume)
-            answer = await self._handler.press_button("discord", action, f"discord:{interaction.user.id}")
-            if not answer.done:
-                await _followup(interaction, answer.text)
-                return
-            text = interaction.message.content if interaction.message else ""
-            try:
-                await interaction.edit_original_response(content=f"{text}\n\n{answer.text}"[:DISCORD_LIMIT], view=None,
-                                                         allowed_mentions=NO_MENTIONS)
-            except discord.HTTPException as exc:
-                log.warning("discord.question_edit_failed: %s", exc)
+        identity = f"discord:{interaction.user.id}"
+        if action.startswith("pair:"):
+            result, done = await self._handler.approve_pairing("discord", action[5:], identity), True
+        else:
+            answer = await self._handler.press_button("discord", action, identity)
+            result, done = answer.text, answer.done
+        if not done:
+            await _followup(interaction, result)
             return
-        if not action.startswith("pair:"):
-            await _followup(interaction, "This button is no longer active.")
-            return
-        result = await self._handler.approve_pairing("discord", action[5:], f"discord:{interaction.user.id}")
         text = interaction.message.content if interaction.message else ""
         try:
             await interaction.edit_original_response(content=f"{text}\n\n{result}"[:DISCORD_LIMIT], view=None,
                                                      allowed_mentions=NO_MENTIONS)
         except discord.HTTPException as exc:
-            log.warning("discord.pairing_edit_failed: %s", exc)
+            log.warning("discord.button_edit_failed: %s", exc)
 
     # -- outbound --------------------------------------------------------------------
 
@@ -359,6 +353,9 @@ class DiscordAdapter:
         if buttons:
             view = discord.ui.View(timeout=None)
             for b in buttons[:25]:
+                if len(b.action) > 100:  # Discord's custom_id limit: a cut action would do something else
+                    log.error("discord.button_action_too_long action=%r", b.action[:40])
+                    continue
                 view.add_item(ActionButton(b.label, b.action))
         message_id = ""
         for n, chunk in enumerate(chunks):
