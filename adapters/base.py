@@ -113,3 +113,9 @@ class Adapter(Protocol):
         """After a restart: finish a reply cut off mid-stream by editing its message in place
         (never sending the text again)."""
         ...
+
+    async def is_chat_admin(self, chat_id: str, user_id: str) -> bool:
+        """Whether the platform says `user_id` administers the group `chat_id` (may answer
+        from a short cache). False where the platform has no such notion; raises
+        `DeliveryError` when it could not say (the caller refuses rather than guesses)."""
+        ...

@@ -157,6 +157,9 @@ class ConsoleAdapter:
     async def mark_interrupted(self, delivery: object) -> None:
         pass  # the terminal has no earlier messages to edit
 
+    async def is_chat_admin(self, chat_id: str, user_id: str) -> bool:
+        return False  # the terminal has no groups
+
     async def send_text(self, target: ReplyTarget, text: str, *, buttons: Sequence[Button] = ()) -> str:
         self._line_break()
         self._write(f"{text}\n")

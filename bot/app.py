@@ -37,6 +37,7 @@ from bot.conversations import Conversations
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
+from bot.platforms import group_admins
 from bot.ratelimits import RateLimiter
 from bot.roles import AccessManager
 from bot.router import Router
@@ -270,6 +271,7 @@ async def build(
             agent=agent,
             gate=gate,
             adapters={a.platform: a for a in adapters},
+            is_group_admin=group_admins(adapters),  # the platform says who a group's admins are
             workspace=root,
             models=[settings.agent.model, *settings.agent.fallback_models],
             queue_mode=settings.agent.queue_mode,

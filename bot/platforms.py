@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from adapters.base import Adapter
+from agent_core.inbound import Inbound
 from bot.commands import COMMANDS, GROUP_COMMANDS
+from bot.roles import IsAdmin
 from bot.settings import Settings
 
 if TYPE_CHECKING:
@@ -55,3 +58,19 @@ def discord_adapter(settings: Settings, **extra: Any) -> DiscordAdapter:
         commands={name: text for name, text in {**COMMANDS, **GROUP_COMMANDS}.items() if name != "start"},
         **extra,
     )
+
+
+def group_admins(adapters: Sequence[Adapter]) -> IsAdmin:
+    """`GroupCommandPolicy`'s admin check: asks the sender's platform (its adapter caches
+    the answer). A platform that cannot say counts no admins; one whose check fails raises,
+    and the policy refuses."""
+    by_platform = {a.platform: a for a in adapters}
+
+    async def is_admin(inbound: Inbound) -> bool:
+        adapter = by_platform.get(inbound.platform)
+        check = getattr(adapter, "is_chat_admin", None)  # adapters still without it: no admins
+        if inbound.chat_kind != "group" or check is None:
+            return False
+        return bool(await check(inbound.chat_id, inbound.sender_id))
+
+    return is_admin

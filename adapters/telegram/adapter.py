@@ -41,7 +41,7 @@ from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
 from adapters.telegram.pacing import through_outbox
 from adapters.telegram.reply import ReplyContext, TelegramReply, transport_for
-from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard
+from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, call
 from adapters.telegram.updates import BotIdentity, describe, to_inbound
 from agent_core.inbound import ReplyTarget
 from agent_core.ports import ApprovalRecord
@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.telegram.org/bot"
 ALLOWED_UPDATES = ("message", "callback_query")
 INTERRUPTED_NOTE = "\n\n… (interrupted: Roost restarted)"
+ADMIN_CACHE_S = 60.0
+"""How long getChatMember's answer stands for one (chat, user): a demoted admin loses
+/new within a minute, and a burst of commands costs one request."""
+ADMIN_STATUSES = frozenset({"creator", "administrator"})
 _SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 Mode = Literal["polling", "webhook"]
 
@@ -148,6 +152,7 @@ class TelegramAdapter:
         self._codec = CallbackCodec()
         self._handler: InboundHandler | None = None
         self._me: BotIdentity | None = None
+        self._admins: dict[tuple[str, str], tuple[float, bool]] = {}  # -> (checked at, admin)
 
     @property
     def bot_username(self) -> str | None:
@@ -330,6 +335,23 @@ class TelegramAdapter:
             )
         except MessageGone:
             log.info("telegram.expired_card_gone chat=%s message=%s", chat_id, message_id)
+
+    async def is_chat_admin(self, chat_id: str, user_id: str) -> bool:
+        """Whether getChatMember says `user_id` is the creator or an administrator of
+        `chat_id`; answers are cached ADMIN_CACHE_S per (chat, user). A failed request raises
+        `DeliveryError` and is not cached: the caller refuses, and the next command asks again."""
+        ctx = self._running()
+        key = (chat_id, user_id)
+        cached = self._admins.get(key)
+        now = self._clock()
+        if cached is not None and now - cached[0] < ADMIN_CACHE_S:
+            return cached[1]
+        member = await call(lambda: ctx.bot.get_chat_member(int(chat_id), int(user_id)))
+        admin = member.status in ADMIN_STATUSES
+        if len(self._admins) > 4096:  # many groups, many members: keep only fresh answers
+            self._admins = {k: v for k, v in self._admins.items() if now - v[0] < ADMIN_CACHE_S}
+        self._admins[key] = (now, admin)
+        return admin
 
     async def mark_interrupted(self, delivery: Delivery) -> None:
         """Append a note to the cut-off message in place; a deleted message needs nothing."""

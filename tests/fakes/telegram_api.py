@@ -440,6 +440,18 @@ class FakeTelegram(InboundMixin, WebhookMixin):
                 DropRule(method, how, count, None if chat_id is None else str(chat_id), apply)
             )
 
+    def set_chat_admin(self, chat_id: int, user_id: int, status: str | None = "administrator") -> None:
+        """Make ``user_id`` the "creator" or an "administrator" of the group ``chat_id`` as
+        getChatMember reports it; ``None`` demotes them to a plain member."""
+        if status not in ("creator", "administrator", None):
+            raise ValueError("status must be 'creator', 'administrator' or None")
+        with self._cond:
+            admins = self._world.admins.setdefault(chat_id, {})
+            if status is None:
+                admins.pop(user_id, None)
+            else:
+                admins[user_id] = status
+
     def set_privacy_mode(self, enabled: bool) -> None:
         """BotFather /setprivacy: with privacy mode on (Telegram's default) a group message
         reaches the bot only if it mentions the bot, replies to it, or is a command."""

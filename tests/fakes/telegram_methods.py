@@ -273,6 +273,14 @@ def get_chat(world: World, p: JSON) -> Any:
     }
 
 
+def get_chat_member(world: World, p: JSON) -> Any:
+    chat = world.chat(p.get("chat_id"))
+    user_id = p.get("user_id")
+    if not isinstance(user_id, int) or user_id <= 0:
+        raise ApiError.bad_request("invalid user_id specified")
+    return world.chat_member(chat, user_id)
+
+
 def get_file(world: World, p: JSON) -> Any:
     stored = world.files.get(str(p.get("file_id", "")))
     if stored is None:
@@ -378,6 +386,7 @@ METHODS: dict[str, Handler] = {
     "sendChatAction": send_chat_action,
     "answerCallbackQuery": answer_callback_query,
     "getChat": get_chat,
+    "getChatMember": get_chat_member,
     "getFile": get_file,
     "setMyCommands": set_my_commands,
     "getMyCommands": get_my_commands,

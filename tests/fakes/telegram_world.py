@@ -77,6 +77,9 @@ class World:
         self.queries: dict[str, CallbackQueryState] = {}
         self.commands: dict[tuple[str, str], list[JSON]] = {}
         self.webhook = Webhook()
+        self.users: dict[int, JSON] = {}  # everyone who ever wrote, for getChatMember
+        self.members: dict[int, set[int]] = {}  # chat id -> user ids that wrote there
+        self.admins: dict[int, dict[int, str]] = {}  # chat id -> user id -> creator/administrator
         self.allowed_updates: list[str] = []
         self.pending: list[QueuedUpdate] = []
         self.delivered: dict[int, JSON] = {}  # every update ever created, by update_id
@@ -261,6 +264,8 @@ class World:
     ) -> JSON:
         msg = self.new_message(chat, from_bot=False, user_id=user["id"], thread_id=thread_id)
         msg.text, msg.reply_to_message_id = text, reply_to
+        self.users[user["id"]] = user
+        self.members.setdefault(chat.id, set()).add(user["id"])
         entities = sorted([*extra_entities, *detect_entities(text)], key=lambda e: e["offset"])
         entities = [
             e
@@ -299,6 +304,41 @@ class World:
             }
         msg.raw = data
         return self.new_update("message", data)
+
+    def chat_member(self, chat: Chat, user_id: int) -> JSON:
+        """A ChatMember as getChatMember answers it: creator / administrator as set by
+        ``FakeTelegram.set_chat_admin``, member if they ever wrote there, else left."""
+        if user_id == self.bot_id:
+            user = self.bot_user()
+        elif user_id in self.users:
+            user = self.users[user_id]
+        else:
+            raise ApiError.bad_request("user not found")
+        status = self.admins.get(chat.id, {}).get(user_id)
+        if chat.type == "private":
+            status = "member" if user_id in (chat.id, self.bot_id) else None
+            if status is None:
+                raise ApiError.bad_request("user not found")
+        if status == "creator":
+            return {"status": "creator", "user": user, "is_anonymous": False}
+        if status == "administrator":
+            rights = (
+                "can_manage_chat can_delete_messages can_manage_video_chats can_restrict_members "
+                "can_change_info can_invite_users can_post_stories can_edit_stories "
+                "can_delete_stories can_pin_messages"
+            ).split()
+            return {
+                "status": "administrator",
+                "user": user,
+                "can_be_edited": False,
+                "is_anonymous": False,
+                "can_promote_members": False,
+                **dict.fromkeys(rights, True),
+                **({"can_manage_topics": True} if chat.is_forum else {}),
+            }
+        if user_id == self.bot_id or user_id in self.members.get(chat.id, set()) or chat.type == "private":
+            return {"status": "member", "user": user}
+        return {"status": "left", "user": user}
 
     def mention_entity(self) -> JSON:
         return {"type": "mention", "offset": 0, "length": utf16_len(f"@{self.bot_username}")}
