@@ -41,3 +41,42 @@ async def test_429_during_a_streamed_answer_never_duplicates_a_message(
         assert statuses.count(429) == 2
         posted = [c for c in dc.calls if c.method == "POST" and c.path == f"/channels/{dm}/messages" and c.status == 200]
         assert len(posted) == 2  # one per part, whatever was refused
+
+
+async def test_lost_send_answer_never_duplicates(tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic) -> None:
+    """The first message is posted but its answer is lost: the same nonce finds it again
+    (Discord answers a repeated nonce with the first message), so it is edited on, never
+    posted twice."""
+    answer = prose(1500)
+    fake_api.script(Reply(Text(answer, chunk_size=100, delay_s=0.02)))
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        dm = dc.dm_channel(OWNER)
+        dc.lose_next_answer("POST", f"/channels/{dm}/messages")
+        dc.say(dm, OWNER, "tell me")
+        await final_texts(h, dm, rendered(answer))
+        posts = [c for c in dc.calls if c.method == "POST" and c.path == f"/channels/{dm}/messages"]
+        assert len(posts) >= 2 and len({c.json["nonce"] for c in posts}) == 1  # the retry reused the nonce
+        assert len(dc.bot_messages(dm)) == 1
+
+
+async def test_a_reply_cut_off_by_a_crash_is_marked_in_place_at_the_next_start(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    from bot.storage import Storage
+
+    dm = dc.dm_channel(OWNER)
+    async with running(tmp_path, dc, fake_api, paced=False):
+        pass  # creates the database
+    visible = "The answer was halfway thr"
+    message_id = dc.post_as_bot(dm, visible)  # what the dead process had shown
+    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path / 'home' / 'roost.db'}")
+    try:
+        await storage.record_delivery("run-cut", 0, platform="discord", chat_id=dm, text=visible,
+                                      state="streaming", message_id=message_id)
+    finally:
+        await storage.aclose()
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        marked = await dc.await_for(lambda: (m := dc.message(message_id)).edits and m)
+        assert marked.content == visible + "\n\n… (interrupted: Roost restarted)"
+        assert not [c for c in dc.calls if c.method == "POST" and c.path == f"/channels/{dm}/messages"]
+        assert not await h.app.storage.unfinished_deliveries()

@@ -13,6 +13,7 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
   the application flag → close 4014), READY + GUILD_CREATE, heartbeat ACK, RESUME replays
   what was missed; without the Message Content intent guild messages that do not mention
   the bot arrive with empty content, as on Discord;
+- `lose_next_answer(...)` carries out the next matching call and cuts the connection;
 - a send with `enforce_nonce` and a nonce already used in the channel returns the first
   message instead of posting again (Discord's idempotent send).
 Every REST call is recorded (`calls`). The server runs aiohttp in its own thread and loop.
@@ -95,6 +96,7 @@ class FakeDiscord:
         self._sessions: dict[str, _Session] = {}
         self._live: _Session | None = None
         self._rate_limits: list[_RateLimit] = []
+        self._lose: list[tuple[str, str]] = []
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
         self.gateway_closes: list[int] = []
@@ -292,6 +294,12 @@ class FakeDiscord:
     def rate_limit_next(self, method: str, path_prefix: str, retry_after: float) -> None:
         with self.state.cond:
             self._rate_limits.append(_RateLimit(method, path_prefix, retry_after))
+
+    def lose_next_answer(self, method: str, path_prefix: str) -> None:
+        """Carry out the next matching call, then cut the connection instead of answering
+        (the client cannot tell whether it took effect)."""
+        with self.state.cond:
+            self._lose.append((method, path_prefix))
 
     def drop_gateway(self) -> None:
         """Close the live gateway connection abnormally (the client should RESUME)."""
@@ -503,6 +511,10 @@ class FakeDiscord:
         with self.state.cond:
             self.state.calls.append(Call(request.method, path, body, status, time.monotonic(), authorized))
         self.state.changed()
+        if status < 300 and self._take_loss(request.method, path):
+            assert request.transport is not None
+            request.transport.close()  # done, but the answer never arrives
+            raise web.HTTPInternalServerError()  # not sent: the connection is gone
         if status == 204:
             return web.Response(status=204, headers=headers)
         # Exactly "application/json", as Discord sends it (discord.py compares the header).
@@ -510,6 +522,14 @@ class FakeDiscord:
             body=json.dumps(payload).encode(), status=status,
             headers={**headers, "Content-Type": "application/json"},
         )
+
+    def _take_loss(self, method: str, path: str) -> bool:
+        with self.state.cond:
+            for loss in self._lose:
+                if loss[0] == method and path.startswith(loss[1]):
+                    self._lose.remove(loss)
+                    return True
+        return False
 
     def _take_rate_limit(self, method: str, path: str) -> _RateLimit | None:
         with self.state.cond:
