@@ -355,8 +355,9 @@ class Conversations:
         except LaneFull as exc:
             await self._notify(inbound, f"I'm still busy and {exc}; please wait for my answer, then send this again.")
             return False
-        if waiting == 1 and acknowledge:
-            await self._notify(inbound, "⏳ Got it — I'll get to this as soon as I finish the current answer.")
+        notice = queue_modes.BUSY_NOTICE[self.lanes.mode_of(pending.route.session_key)]
+        if waiting == 1 and acknowledge and notice:
+            await self._notify(inbound, notice)
         return True
 
     async def _run_batch(self, key: str, items: list[Pending]) -> None:

@@ -23,6 +23,15 @@ DESCRIPTIONS: dict[str, str] = {
     "interrupt": "a new message stops my current answer and I start on it",
 }
 
+BUSY_NOTICE: dict[str, str] = {
+    "collect": "⏳ Got it — I'll get to this as soon as I finish the current answer.",
+    "followup": "⏳ Got it — I'll get to this as soon as I finish the current answer.",
+    "steer": "⏳ Got it — I'll take this into the answer I'm working on.",
+    "interrupt": "",
+}
+"""Told once when a message has to wait (the first one queued behind a run); nothing in
+interrupt mode, where the message does not wait (the stopped answer shows it)."""
+
 
 async def queue_command(c: Conversations, command: Command, inbound: Inbound, route: Accept) -> str:
     """`/queue` shows the session's mode; `/queue <mode>` sets it (persisted); `/queue

@@ -25,6 +25,7 @@ from agent_core.inbound import ReplyTarget
 from bot.commands import estimate_cost
 from bot.storage import Storage
 from bot.storage.metrics import RunMetrics
+from bot.storage.records import RunRow
 
 if TYPE_CHECKING:
     from adapters.base import Adapter
@@ -110,26 +111,25 @@ class Metrics:
         return RunMeter(self.clock)
 
     async def finish(self, run_id: str, meter: RunMeter, notify: Notify) -> RunMetrics | None:
-        """After a run: store its metrics and tell the owner about anomalies. Never raises
-        (metrics must not break a run's ending)."""
+        """After a run: store its metrics and tell the owner about anomalies, in one
+        transaction plus one per anomaly. Never raises (metrics must not break anything)."""
         try:
-            metrics = await self.record(run_id, meter)
+            metrics, runs, failed = await self.storage.measure_run(
+                run_id, lambda run: self.metrics_of(run, meter), self.now() - ERROR_WINDOW
+            )
             if metrics is not None:
-                await self.anomalies(metrics, notify)
+                await self.anomalies(metrics, notify, failed_share=(runs, failed))
             return metrics
         except Exception:
             log.exception("metrics.record_failed", extra={"run": run_id})
             return None
 
-    async def record(self, run_id: str, meter: RunMeter) -> RunMetrics | None:
-        """Store the run's metrics (None when the run never started: nothing to count)."""
-        run = await self.storage.get_run(run_id)
-        if run is None:
-            return None
+    def metrics_of(self, run: RunRow, meter: RunMeter) -> RunMetrics:
+        """The run's stored figures (status, turns, tokens) with the meter's timings."""
         outcome = meter.outcome
         answered_by = outcome.model if isinstance(outcome, RunFinished) and outcome.model else run.model
         usage = run.usage
-        metrics = RunMetrics(
+        return RunMetrics(
             run_id=run.id,
             session_key=run.session_key,
             status=run.status,
@@ -153,12 +153,13 @@ class Metrics:
                 usage.cache_read_input_tokens, usage.cache_creation_input_tokens,
             ),
         )  # fmt: skip
-        await self.storage.record_run_metrics(metrics)
-        return metrics
 
-    async def anomalies(self, m: RunMetrics, notify: Notify) -> list[str]:
-        """Check one finished run and the last hour; each anomaly is logged and sent through
-        `notify` once. Returns the texts sent."""
+    async def anomalies(
+        self, m: RunMetrics, notify: Notify, *, failed_share: tuple[int, int] | None = None
+    ) -> list[str]:
+        """Check one finished run and the last hour (`failed_share` = (runs, failed) when
+        already counted); each anomaly is logged and sent through `notify` once. Returns
+        the texts sent."""
         found: list[tuple[str, str, str]] = []
         if m.duration_s > SLOW_RUN_S:
             found.append(("anomaly.slow", m.run_id,
@@ -166,7 +167,7 @@ class Metrics:
         if m.tool_calls > MANY_TOOL_CALLS:
             found.append(("anomaly.tools", m.run_id, f"a run in {m.session_key} made {m.tool_calls} tool calls"))
         now = self.now()
-        runs, failed = await self.storage.failed_share(now - ERROR_WINDOW)
+        runs, failed = failed_share or await self.storage.failed_share(now - ERROR_WINDOW)
         if runs >= ERROR_MIN_RUNS and failed / runs > ERROR_RATE:
             # Once per clock hour: a bad hour is one notice, not one per failed run.
             found.append(("anomaly.errors", now.strftime("%Y-%m-%dT%H"),

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bot.commands import Command
-from bot.queue_modes import queue_command
+from bot.queue_modes import BUSY_NOTICE, queue_command
 from bot.router import Accept
 from agent_core.risk import Scope
 from tests.app_harness import OWNER_ID, running_app
@@ -104,6 +104,7 @@ async def test_steer_mode_ten_messages_join_the_running_run_at_its_next_tool_bou
         assert [b["text"] for b in last[1:]] == ARRIVING
         replies = adapter.closed_replies()
         assert len(replies) == 1 and replies[0].outcome.text.endswith("answer to message 10")
+        assert [n for _, n in adapter.notices if "Got it" in n] == [BUSY_NOTICE["steer"]]  # told once
         # The steered rows belong to the run that received them.
         rows = await app.storage.inbox_rows()
         assert len({r.run_id for r in rows}) == 1
@@ -116,6 +117,7 @@ async def test_interrupt_mode_stops_the_run_and_the_new_messages_start_one_nothi
         await assert_nothing_lost(app)
         first = await app.storage.get_run((await app.storage.inbox_rows())[0].run_id)
         assert first is not None and first.status == "cancelled"
+        assert not [n for _, n in adapter.notices if "Got it" in n]  # the stopped answer says it
         assert adapter.closed_replies()[-1].outcome.text == "answer to message 10"
 
 

@@ -3,6 +3,7 @@ session's queue mode."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
 
@@ -112,6 +113,31 @@ class MetricsRepository(RepositoryBase):
                     index_elements=["run_id"], set_={k: v for k, v in values.items() if k != "run_id"}
                 )
             )
+
+    async def measure_run(
+        self, run_id: str, build: Callable[[RunRow], RunMetrics], failed_since: datetime
+    ) -> tuple[RunMetrics | None, int, int]:
+        """One transaction after a run: read its row, store `build(row)` as its metrics, and
+        count (runs, failed runs) started since `failed_since`. None when the run has no row
+        (it never started)."""
+        async with self._tx() as s:
+            row = await s.get(RunModel, run_id)
+            if row is None:
+                return None, 0, 0
+            m = build(_run_row(row))
+            values = {f.name: getattr(m, f.name) for f in fields(RunMetrics)}
+            values["model"] = clean_text(m.model)[:255]
+            await s.execute(
+                self._insert(RunMetricsModel)
+                .values(**values)
+                .on_conflict_do_update(
+                    index_elements=["run_id"], set_={k: v for k, v in values.items() if k != "run_id"}
+                )
+            )
+            failed = func.coalesce(func.sum(case((_M.errors > 0, 1), else_=0)), 0)
+            window = select(func.count(_M.run_id), failed).where(_M.started_at >= failed_since)
+            runs, failures = (await s.execute(window)).one()
+            return m, int(runs), int(failures)
 
     async def run_metrics(self, run_id: str) -> RunMetrics | None:
         async with self._tx() as s:
