@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -73,5 +73,8 @@ class RepositoryBase:
     def _insert(self, model: Any) -> Any:
         """`INSERT` supporting ON CONFLICT for the engine's dialect (both spell it the same)."""
         if self._dialect == "postgresql":
-            return postgresql.insert(model)
+            # Imported here: the PostgreSQL dialect's modules cost a SQLite process ~2 MB.
+            from sqlalchemy.dialects.postgresql import insert
+
+            return insert(model)
         return sqlite.insert(model)
