@@ -398,8 +398,8 @@ class Conversations:
             async with contextlib.aclosing(self.agent.run(request)) as events:
                 async for event in events:
                     meter.observe(event)
-                    if isinstance(event, RunStarted):
-                        self.lanes.started(key)  # an interrupt may cancel it from now on
+                    if isinstance(event, RunStarted) and last.job is None:
+                        self.lanes.started(key)  # an interrupt may cancel it from now on (never a job)
                     await sink.handle(event)
                     if isinstance(event, (RunFinished, RunFailed)):
                         outcome = event

@@ -7,7 +7,8 @@ work. What happens to messages arriving during a run is the session's queue mode
 - `followup`: they wait, one run each;
 - `steer`: the running run takes them at its next tool boundary (`take_queued`, called by
   the run's steer hook); whatever it does not take goes to the next run, as in collect;
-- `interrupt`: the running run is cancelled (like /stop) and they start the next run.
+- `interrupt`: the running run is cancelled (like /stop) once it has stored its message,
+  and they start the next run (a scheduled job's run is never interrupted: they wait).
 
 Nothing is dropped silently: a full queue is refused with `LaneFull`, which the caller tells
 the user about, and order is kept in every mode.
