@@ -21,7 +21,8 @@ NO_PLATFORM = """\
 No chat platform is configured, so there is nothing for `roost run` to serve.
 Set:
   TELEGRAM_BOT_TOKEN=<token from @BotFather>   (and ROOST_OWNERS='["telegram:<your user id>"]')
-(Discord support is not built yet.)
+and/or
+  DISCORD_BOT_TOKEN=<token from the Developer Portal → Bot>   (and ROOST_OWNERS='["discord:<your user id>"]')
 or talk to Roost in this terminal with:  roost chat"""
 
 

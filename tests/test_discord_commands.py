@@ -83,3 +83,30 @@ async def test_doctor_reports_the_missing_intent_with_the_fix(tmp_path, fake_api
     with FakeDiscord(token="another-token") as dc:  # ours is rejected: 401
         checks = {c.name: c for c in await run_checks(discord_settings(tmp_path, dc, fake_api))}
         assert checks["discord"].status == "fail" and TOKEN not in checks["discord"].detail
+
+
+def test_both_platforms_are_served_when_both_tokens_are_set(tmp_path) -> None:
+    from bot.platforms import configured_adapters
+    from bot.settings import Settings
+
+    settings = Settings(home=tmp_path, telegram_bot_token="1:tg", discord_bot_token="dc.token",
+                        discord={"api_base": "http://127.0.0.1:9/api/v10"})
+    assert [a.platform for a in configured_adapters(settings)] == ["telegram", "discord"]
+    only_telegram = Settings(home=tmp_path, telegram_bot_token="1:tg")
+    assert [a.platform for a in configured_adapters(only_telegram)] == ["telegram"]
+
+
+def test_discord_endpoints_are_public_settings(monkeypatch, tmp_path) -> None:
+    from bot.settings import load_settings
+
+    monkeypatch.delenv("ROOST_CONFIG", raising=False)
+    monkeypatch.setenv("ROOST_HOME", str(tmp_path))
+    monkeypatch.setenv("ROOST_DISCORD__API_BASE", "http://127.0.0.1:1/api/v10")
+    monkeypatch.setenv("ROOST_DISCORD__GATEWAY_URL", "ws://127.0.0.1:1/gateway")
+    settings = load_settings()
+    assert settings.discord.api_base == "http://127.0.0.1:1/api/v10"
+    assert settings.discord.gateway_url == "ws://127.0.0.1:1/gateway"
+    monkeypatch.delenv("ROOST_DISCORD__API_BASE")
+    monkeypatch.delenv("ROOST_DISCORD__GATEWAY_URL")
+    defaults = load_settings()
+    assert defaults.discord.api_base == "https://discord.com/api/v10" and defaults.discord.gateway_url is None
