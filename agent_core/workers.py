@@ -138,14 +138,21 @@ class WorkerPool:
     def _ended(self) -> None:
         self._running -= 1
 
-    async def wait(self, ctx: ToolContext, ids: Iterable[str] | None = None) -> list[WorkerRecord]:
+    async def wait(self, ctx: ToolContext, ids: Iterable[str] | None = None, *, first: bool = False) -> list[WorkerRecord]:
         """Wait for the run's workers (`ids`, or every one not yet collected); their final
-        records, in start order."""
+        records, in start order. `first`: return as soon as one has finished, with every one
+        finished by then (the others keep running)."""
         family = self._families.get(ctx.run_id, _Family())
         wanted = list(ids) if ids else [i for i, w in family.workers.items() if not w.collected]
         unknown = [i for i in wanted if i not in family.workers]
         if unknown:
             raise ToolError(f"No worker {unknown[0]!r} in this run.")
+        if first and wanted:
+            tasks = {family.workers[i].task for i in wanted}
+            # Shielded: giving up on the wait (a cancelled parent) must not cancel the workers here.
+            await asyncio.wait({asyncio.ensure_future(asyncio.shield(t)) for t in tasks if t is not None},
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            wanted = [i for i in wanted if (t := family.workers[i].task) is not None and t.done()]
         out = []
         for worker_id in wanted:
             worker = family.workers[worker_id]

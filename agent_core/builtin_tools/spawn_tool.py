@@ -24,12 +24,13 @@ class SpawnInput(BaseModel):
     timeout_s: float | None = Field(default=None, gt=0)
     wait: bool = Field(default=True, description="start: wait for the result (false: continue; collect with wait).")
     ids: list[str] | None = Field(default=None, description="wait: worker ids (default: all not yet collected).")
+    first: bool = Field(default=False, description="wait: return as soon as one finishes (the rest keep running).")
 
 
 def make_spawn_tool(pool: WorkerPool) -> Tool[SpawnInput]:
     async def spawn(args: SpawnInput, ctx: ToolContext) -> str:
         if args.action == "wait":
-            return _report(await pool.wait(ctx, args.ids))
+            return _report(await pool.wait(ctx, args.ids, first=args.first))
         if not args.task.strip():
             raise ToolError("start needs the task.")
         record = pool.start(ctx, args.name, args.task, args.context, args.tools, args.max_turns, args.timeout_s)
