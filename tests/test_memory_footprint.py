@@ -58,3 +58,14 @@ def test_sqlite_at_head_loads_neither_alembic_nor_the_postgresql_dialect(tmp_pat
     _probe(PROBE, url)  # migrate once
     seen = _probe(AT_HEAD, url)
     assert seen == {"alembic": False, "sqlalchemy.dialects.postgresql": False}
+
+
+def test_serving_imports_leave_out_yaml() -> None:
+    # PyYAML parses skills' front matter only: a workspace without skills never needs it.
+    code = (
+        "import json, sys\n"
+        "import bot.cli, bot.app, bot.platforms, adapters.telegram\n"
+        "print(json.dumps({m: m in sys.modules for m in ('yaml', 'pygments', 'alembic')}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == {"yaml": False, "pygments": False, "alembic": False}

@@ -12,8 +12,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 log = logging.getLogger(__name__)
 
 SKILLS_DIR = "skills"
@@ -112,6 +110,8 @@ def _parse_info(path: Path, real_root: Path) -> SkillInfo | None:
     if split is None:
         log.warning("skills.no_front_matter path=%s", path)
         return None
+    import yaml  # here: a workspace without skills never pays its ~0.8 MB of RSS
+
     try:
         meta = yaml.safe_load(split[0])
     except yaml.YAMLError as exc:
