@@ -9,14 +9,45 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 
 from agent_core.events import Usage
 from agent_core.text import clean_json, clean_text
 from bot.storage.base import RepositoryBase
 from bot.storage.models import RunModel, ToolCallModel
 from bot.storage.records import RunRow, SessionUsage, ToolCallRow
-from bot.storage.sessions import message_insert, transcript_select
+from bot.storage.sessions import insert_message, select_transcript
+
+
+# Built once with bound parameters (see bot.storage.sessions): the run's own statements.
+_RUNS = RunModel.__table__.c
+_INSERT_RUN = insert(RunModel).values(
+    id=bindparam("id"),
+    session_key=bindparam("session_key"),
+    model=bindparam("model"),
+    status="running",
+    turns=0,
+    input_tokens=0,
+    output_tokens=0,
+    cache_read_tokens=0,
+    cache_creation_tokens=0,
+    started_at=bindparam("started_at", type_=_RUNS.started_at.type),
+)
+_FINISH_RUN = (
+    update(RunModel)
+    .where(RunModel.id == bindparam("run_id"))
+    .values(
+        status=bindparam("p_status"),
+        stop_reason=bindparam("p_stop_reason"),
+        turns=bindparam("p_turns"),
+        input_tokens=bindparam("p_input"),
+        output_tokens=bindparam("p_output"),
+        cache_read_tokens=bindparam("p_cache_read"),
+        cache_creation_tokens=bindparam("p_cache_creation"),
+        finished_at=bindparam("p_finished_at", type_=_RUNS.finished_at.type),
+    )
+    .execution_options(synchronize_session=False)
+)
 
 
 def _run_row(m: RunModel) -> RunRow:
@@ -51,7 +82,7 @@ class RunRepository(RepositoryBase):
     async def start_run(self, run_id: str, session_key: str, model: str) -> None:
         """Record a run as `running`. Must precede its tool calls (they reference it)."""
         async with self._tx() as s:
-            await s.execute(self._run_insert(run_id, session_key, model))
+            await s.execute(_INSERT_RUN, self._run_params(run_id, session_key, model))
 
     async def begin_run(
         self, run_id: str, session_key: str, model: str, content: list[dict[str, Any]]
@@ -61,25 +92,13 @@ class RunRepository(RepositoryBase):
         (committed) when this returns."""
         now = self._now()
         async with self._tx() as s:
-            await s.execute(self._run_insert(run_id, session_key, model))
-            rows = await s.execute(transcript_select(session_key))
-            history = [{"role": role, "content": content} for role, content in rows]
-            await s.execute(message_insert(session_key, run_id, "user", content, now))
+            await s.execute(_INSERT_RUN, self._run_params(run_id, session_key, model))
+            history = await select_transcript(s, session_key)
+            await insert_message(s, session_key, run_id, "user", content, now)
             return history
 
-    def _run_insert(self, run_id: str, session_key: str, model: str) -> Any:
-        return insert(RunModel).values(
-            id=run_id,
-            session_key=session_key,
-            model=clean_text(model),
-            status="running",
-            turns=0,
-            input_tokens=0,
-            output_tokens=0,
-            cache_read_tokens=0,
-            cache_creation_tokens=0,
-            started_at=self._now(),
-        )
+    def _run_params(self, run_id: str, session_key: str, model: str) -> dict[str, Any]:
+        return {"id": run_id, "session_key": session_key, "model": clean_text(model), "started_at": self._now()}
 
     async def finish_run(
         self,
@@ -99,22 +118,19 @@ class RunRepository(RepositoryBase):
             if last_message:
                 if session_key is None:
                     raise ValueError("finish_run: last_message needs its session_key")
-                await s.execute(message_insert(session_key, run_id, "assistant", last_message, self._now()))
-            await s.execute(
-                update(RunModel)
-                .where(RunModel.id == run_id)
-                .values(
-                    status=status,
-                    stop_reason=clean_text(stop_reason),
-                    turns=turns,
-                    input_tokens=usage.input_tokens,
-                    output_tokens=usage.output_tokens,
-                    cache_read_tokens=usage.cache_read_input_tokens,
-                    cache_creation_tokens=usage.cache_creation_input_tokens,
-                    finished_at=self._now(),
-                )
-                .execution_options(synchronize_session=False)
-            )
+                await insert_message(s, session_key, run_id, "assistant", last_message, self._now())
+            params = {
+                "run_id": run_id,
+                "p_status": status,
+                "p_stop_reason": clean_text(stop_reason),
+                "p_turns": turns,
+                "p_input": usage.input_tokens,
+                "p_output": usage.output_tokens,
+                "p_cache_read": usage.cache_read_input_tokens,
+                "p_cache_creation": usage.cache_creation_input_tokens,
+                "p_finished_at": self._now(),
+            }
+            await s.execute(_FINISH_RUN, params)
 
     async def get_run(self, run_id: str) -> RunRow | None:
         async with self._tx() as s:

@@ -10,7 +10,7 @@ from typing import Any
 
 from datetime import datetime
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 
 from agent_core.text import clean_json, clean_text
 from bot.storage.base import RepositoryBase
@@ -43,28 +43,41 @@ def _current_epoch(session_key: str) -> Any:
     )
 
 
-def message_insert(
-    session_key: str, run_id: str | None, role: str, content: list[dict[str, Any]], now: datetime
-) -> Any:
-    """INSERT of one transcript message into the session's current epoch, text cleaned."""
-    return insert(MessageModel).values(
-        session_key=session_key,
-        epoch=_current_epoch(session_key),
-        run_id=run_id,
-        role=role,
-        content=clean_json(content),
-        created_at=now,
-    )
+# The statements of every run, built once with bound parameters: building and caching a
+# fresh SQLAlchemy statement per call cost more CPU than executing it.
+_MESSAGES = MessageModel.__table__.c
+_EPOCH_OF_KEY = func.coalesce(
+    select(SessionModel.epoch).where(SessionModel.key == bindparam("session_key")).scalar_subquery(), 0
+)
+_INSERT_MESSAGE = insert(MessageModel).values(
+    session_key=bindparam("session_key"),
+    epoch=_EPOCH_OF_KEY,
+    run_id=bindparam("run_id"),
+    role=bindparam("role"),
+    content=bindparam("content", type_=_MESSAGES.content.type),
+    created_at=bindparam("created_at", type_=_MESSAGES.created_at.type),
+)
+_SELECT_TRANSCRIPT = (
+    select(MessageModel.role, MessageModel.content)
+    .where(MessageModel.session_key == bindparam("session_key"), MessageModel.epoch == _EPOCH_OF_KEY)
+    .order_by(MessageModel.id)
+)
 
 
-def transcript_select(session_key: str) -> Any:
-    """SELECT role, content of the session's current epoch, oldest first (plain rows: no ORM
-    objects to build on the hot path of every run)."""
-    return (
-        select(MessageModel.role, MessageModel.content)
-        .where(MessageModel.session_key == session_key, MessageModel.epoch == _current_epoch(session_key))
-        .order_by(MessageModel.id)
-    )
+async def insert_message(
+    s: Any, session_key: str, run_id: str | None, role: str, content: list[dict[str, Any]], now: datetime
+) -> None:
+    """Append one transcript message to the session's current epoch, text cleaned, inside the
+    caller's transaction `s`."""
+    params = {"session_key": session_key, "run_id": run_id, "role": role, "content": clean_json(content)}
+    await s.execute(_INSERT_MESSAGE, {**params, "created_at": now})
+
+
+async def select_transcript(s: Any, session_key: str) -> list[dict[str, Any]]:
+    """The session's current epoch as {"role", "content"} dicts, oldest first (plain rows: no
+    ORM objects on the hot path of every run), inside the caller's transaction `s`."""
+    rows = await s.execute(_SELECT_TRANSCRIPT, {"session_key": session_key})
+    return [{"role": role, "content": content} for role, content in rows]
 
 
 class SessionRepository(RepositoryBase):
@@ -136,13 +149,12 @@ class SessionRepository(RepositoryBase):
     ) -> None:
         """Append one Messages API message to the session's current epoch."""
         async with self._tx() as s:
-            await s.execute(message_insert(session_key, run_id, role, content, self._now()))
+            await insert_message(s, session_key, run_id, role, content, self._now())
 
     async def load_transcript(self, session_key: str) -> list[dict[str, Any]]:
         """The current epoch's messages, oldest first, as {"role", "content"} dicts."""
         async with self._tx() as s:
-            rows = await s.execute(transcript_select(session_key))
-            return [{"role": role, "content": content} for role, content in rows]
+            return await select_transcript(s, session_key)
 
     async def transcript_rows(
         self, session_key: str, *, epoch: int | None = None
