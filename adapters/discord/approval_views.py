@@ -131,7 +131,9 @@ class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
 
 class ActionButton(
     discord.ui.DynamicItem[discord.ui.Button[Any]],
-    template=r"pair:(?P<code>[A-Za-z0-9]{1,32})|ask:[0-9a-f]{1,32}:[0-9]{1,2}|resume:[0-9a-f]{1,32}",  # pair, ask, resume
+    # pair, ask, resume, and a scheduled job's Run now / Pause / Cancel (job:<op>:<id>)
+    template=r"pair:(?P<code>[A-Za-z0-9]{1,32})|ask:[0-9a-f]{1,32}:[0-9]{1,2}|resume:[0-9a-f]{1,32}"
+    r"|job:[a-z_]{1,16}:[A-Za-z0-9_-]{1,64}",
 ):
     """A button on a standalone message (`adapters.base.Button`), e.g. "pair:<code>"; like
     approval buttons it works after a restart (the action is the whole custom_id)."""
