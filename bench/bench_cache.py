@@ -1,6 +1,7 @@
 """Prompt-cache hit ratio of a multi-turn session, with the fake Messages API's cache simulation.
 
-Run: .venv/bin/python bench/bench_cache.py [--messages 30] [--tool-every 4]
+Run: .venv/bin/python bench/bench_cache.py [--messages 30] [--tool-every 4] [--minutes-between 2]
+     [--layout system|tail|both] [--no-log-growth]
 
 The whole app (bot.app.build, real storage, loop and anthropic SDK) talks to the fake, which
 simulates prompt caching like the service (tests/fakes/anthropic_usage.py: a request reads
@@ -16,8 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import shutil
 import sys
 import tempfile
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -59,16 +62,24 @@ def responder(tool_every: int) -> Any:
     return answer
 
 
-async def session(messages: int, tool_every: int, tail: bool) -> tuple[list[dict[str, Any]], str]:
+async def session(args: argparse.Namespace, tail: bool) -> tuple[list[dict[str, Any]], str]:
+    messages, tool_every = args.messages, args.tool_every
     with FakeAnthropic() as fake, tempfile.TemporaryDirectory() as tmp:
         fake.responder = responder(tool_every)
         async with running_app(Path(tmp), fake) as (app, adapter):  # the owner: no [limits]
             app.agent.config = dataclasses.replace(app.agent.config, volatile_in_tail=tail)
+            # The prompt's clock, moved on between messages as a person's pace would.
+            start = datetime.now(UTC).replace(hour=9, minute=0)
+            clock = [start]
+            app.agent._now = lambda: clock[0]  # the loop's injected clock (context's "now")
             for i in range(messages):
+                clock[0] = start + timedelta(minutes=args.minutes_between * i)
                 text = f"tool question {i}" if tool_every and i % tool_every == tool_every - 1 else f"question {i}"
                 await adapter.say(private(OWNER_ID, text))
                 await adapter.wait_for(lambda n=i: len(adapter.closed_replies()) == n + 1, timeout=30)
                 await app.conversations.lanes.drain()
+                if args.no_log_growth:  # measure without today's log re-sent each run
+                    shutil.rmtree(app.settings.workspace_dir / "memory", ignore_errors=True)
             await app.conversations.metrics.settle()
             usage = await app.conversations.commands.run(
                 *_usage_command(), private(OWNER_ID, "/usage"), _owner_route()
@@ -125,16 +136,20 @@ def main() -> None:
     parser.add_argument("--tool-every", type=int, default=4)
     parser.add_argument("--layout", choices=["system", "tail", "both"], default="both",
                         help="volatile context in the system (today's default) or after the history")
+    parser.add_argument("--minutes-between", type=int, default=2, help="the prompt clock's step per message")
+    parser.add_argument("--no-log-growth", action="store_true", help="drop today's log after each run")
     args = parser.parse_args()
     for layout in ("system", "tail") if args.layout == "both" else (args.layout,):
         report(args, layout)
 
 
 def report(args: argparse.Namespace, layout: str) -> None:
-    bodies, usage = asyncio.run(session(args.messages, args.tool_every, layout == "tail"))
+    bodies, usage = asyncio.run(session(args, layout == "tail"))
     m = measure(bodies)
     worst_n, worst_u, worst_total = m["worst"]
-    print(f"layout {layout}: {args.messages} messages, {m['requests']} model requests")
+    log = "dropped after each run" if args.no_log_growth else "growing"
+    print(f"layout {layout}: {args.messages} messages {args.minutes_between} min apart, today's log {log}, "
+          f"{m['requests']} model requests")
     print(f"cache hit ratio after the first request: {m['ratio']:.1%} (target ≥ 95 %)")
     print(f"  first request of a run: {m['first_of_run']}; after tool results: {m['after_tools']}")
     print(f"  worst: request {worst_n}: {worst_u.cache_read_input_tokens:,} of {worst_total:,} tokens read")
