@@ -38,7 +38,7 @@ class Gated:
         with self._lock:
             index = self.served
             self.served += 1
-        if not self.gates[index].wait(10):
+        if not self.gates[index].wait(30):
             raise TimeoutError(f"gate {index} never opened")
         return self.replies[index]
 
@@ -79,15 +79,15 @@ async def test_three_step_plan_shows_progress_corrects_a_claim_without_evidence_
     fake_api.responder = gated
     async with running(tmp_path, tg, fake_api, paced=False) as h:
         tg.send_private(OWNER, "check the three services, restart the failed ones, write me a summary")
-        await tg.await_for(lambda: shown(h, "📋 step 1/3: check the services (done when: all three statuses are known)"))
+        await tg.await_for(lambda: shown(h, "📋 step 1/3: check the services (done when: all three statuses are known)"), 20)
         gated.open(1)
-        (correction,) = tool_results((await fake_api.await_requests(3))[2].json)
+        (correction,) = tool_results((await fake_api.await_requests(3, 20))[2].json)
         assert correction.get("is_error") is True
         assert "Not advanced (correction 1/3)" in str(correction["content"])
         assert shown(h, "📋 step 1/3")
         gated.open(2)
         gated.open(3)
-        await tg.await_for(lambda: shown(h, "📋 step 2/3: restart web (done when: status is active)"))
+        await tg.await_for(lambda: shown(h, "📋 step 2/3: restart web (done when: status is active)"), 20)
         gated.open(4)
         gated.open(5)
         await h.says(OWNER, summary)  # the final message is exactly the summary; status lines gone

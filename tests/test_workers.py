@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agent_core.workers import WorkerRecord
-from bot.storage import Storage
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Error, Stall, ToolUse, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
@@ -160,12 +159,9 @@ async def test_worker_left_running_by_a_dead_process_is_reported_interrupted(
     tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
     async with running(tmp_path, tg, fake_api, paced=False) as h:
-        url = h.app.settings.db_url
-    storage = await Storage.open(url)
-    try:  # what a killed process leaves behind: a worker row still "running"
-        await storage.add_worker(WorkerRecord("w1", "run-1", "main", "sleeper", "wait", started_at=datetime.now(UTC)))
-    finally:
-        await storage.aclose()
+        # What a killed process leaves behind: a worker row still "running" (no task of this
+        # process owns it, so nothing here closes it).
+        await h.app.storage.add_worker(WorkerRecord("w1", "run-1", "main", "sleeper", "wait", started_at=datetime.now(UTC)))
     async with running(tmp_path, tg, fake_api, paced=False) as h:
         (worker,) = await h.app.storage.worker_runs()
         assert worker.status == "interrupted" and worker.result == "Interrupted by a restart before it finished."
