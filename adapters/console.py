@@ -21,12 +21,14 @@ from agent_core.events import (
     ApprovalRequested,
     ApprovalResolved,
     Event,
+    PlanProgress,
     RunFailed,
     RunFinished,
     TextDelta,
     ToolFinished,
     ToolStarted,
     TurnEnded,
+    WorkersChanged,
 )
 from agent_core.inbound import Inbound, ReplyTarget
 
@@ -239,6 +241,12 @@ class ConsoleReply:
             case RunFailed(message=message):
                 c._line_break()
                 c._write(f"✗ {message}\n")
+            case PlanProgress():
+                c._line_break()
+                c._write(f"  📋 {show_controls(event.line())}\n")
+            case WorkersChanged(running=running):
+                c._line_break()
+                c._write(f"  👷 {running} worker{'s' if running != 1 else ''} running\n")
             case _:
                 pass
 
