@@ -22,7 +22,7 @@ from agent_core.builtin_tools.plan_tool import make_plan_tool
 from agent_core.builtin_tools.spawn_tool import make_spawn_tool
 from agent_core.plans import PlanBook
 from agent_core.questions import QuestionDesk
-from agent_core.workers import WorkerPool
+from agent_core.workers import WorkerLimits, WorkerPool
 from agent_core.breaker import Breakers
 from agent_core.failover import FailoverLLM
 from agent_core.llm import LLMClient, LLMRequest, StreamItem
@@ -227,7 +227,14 @@ async def build(
         loop_config = LoopConfig(
             model=settings.agent.model, max_turns=settings.agent.max_turns, max_tokens=settings.agent.max_tokens
         )
-        workers = WorkerPool(llm=llm, tools=registry, runner=worker_runner, store=storage, config=loop_config)
+        def worker_limits() -> WorkerLimits:
+            w = live.limits.workers
+            return WorkerLimits(max_children=w.per_run, max_running=w.running, max_turns=w.max_turns,
+                                timeout_s=w.timeout_s)
+
+        workers = WorkerPool(
+            llm=llm, tools=registry, runner=worker_runner, store=storage, config=loop_config, limits=worker_limits
+        )
         stack.push_async_callback(workers.aclose)
         registry.register(make_spawn_tool(workers))
 

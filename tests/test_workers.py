@@ -225,3 +225,21 @@ async def test_parent_receives_a_result_as_it_finishes_and_a_worker_left_running
         statuses = {w.name: (w.status, w.result) for w in await h.app.storage.worker_runs()}
         assert statuses["quick"] == ("completed", "42")
         assert statuses["slow"] == ("cancelled", "Cancelled before it finished (the task was stopped).")
+
+
+async def test_worker_limits_come_from_the_limits_table(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    for n in range(3):
+        fake_api.script_when(worker_turn(f"count to {n}", 1), reply_text(f"counted to {n}"))
+    fake_api.script(
+        reply_tools(*(spawn(f"w{n}", f"count to {n}", wait=False) for n in range(3))),
+        reply_tools(ToolUse("spawn", {"action": "wait"})),
+        reply_text("Two counted."),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False, limits={"workers": {"per_run": 2}}) as h:
+        tg.send_private(OWNER, "count in parallel")
+        await h.bot_text(OWNER, lambda t: t.startswith("Two counted."))
+        started = await parent_result(h, fake_api, 2)
+        assert started.count("started; collect its result with action wait") == 2
+        assert "Not started: a run may spawn at most 2 workers." in started
