@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Button, ButtonAnswer
 from agent_core.inbound import Inbound, ReplyTarget
+from bot.scheduling.refs import job_ref
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations
@@ -46,6 +47,8 @@ async def offer(c: Conversations, now: datetime | None = None) -> int:
         rows = await c.storage.inbox_for_run(run.id)
         if not rows:
             continue  # e.g. a terminal's run: no chat to offer it in
+        if any((ref := job_ref(r.message.update_id)) is not None and ref.heartbeat for r in rows):
+            continue  # the next heartbeat does its work; nobody asked for this one
         message = rows[-1].message
         adapter = c.adapters.get(message.platform)
         if adapter is None:
