@@ -11,6 +11,7 @@ from bot.storage.access import AccessRepository
 from bot.storage.approvals import ApprovalRepository
 from bot.storage.audit import AuditRepository
 from bot.storage.base import Clock, utc_now
+from bot.storage.compactions import CompactionRepository
 from bot.storage.delivery import DeliveryRepository
 from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
@@ -37,6 +38,7 @@ class Storage(
     JobRepository,
     PlanRepository,
     MetricsRepository,
+    CompactionRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.
 

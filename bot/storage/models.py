@@ -422,3 +422,25 @@ class WorkerRunModel(Base):
     result: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+
+
+class CompactionModel(Base):
+    """A context compaction (agent_core.compaction): `summary` replaces the first `covered`
+    messages of the session's `epoch` in what is sent; the messages themselves stay stored.
+    A failed attempt (ok false) is kept so one threshold crossing is tried once."""
+
+    __tablename__ = "compactions"
+    __table_args__ = (Index(None, "session_key", "epoch"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    session_key: Mapped[str] = mapped_column(String(255))
+    epoch: Mapped[int] = mapped_column(Integer)
+    covered: Mapped[int] = mapped_column(Integer)
+    covered_message_id: Mapped[int | None] = mapped_column(BigInteger)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    forced: Mapped[bool] = mapped_column(Boolean)
+    summary: Mapped[str] = mapped_column(Text)
+    error: Mapped[str] = mapped_column(Text)
+    tokens_before: Mapped[int] = mapped_column(Integer)
+    tokens_after: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]

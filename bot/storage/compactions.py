@@ -1,0 +1,62 @@
+"""Context compaction records (agent_core.compaction.CompactionStore): the summary that stands
+for a session's first `covered` messages of the current epoch, and failed attempts."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from agent_core.compaction import CompactionRecord
+from agent_core.text import clean_text
+from bot.storage.base import RepositoryBase
+from bot.storage.models import CompactionModel, MessageModel, SessionModel
+
+
+def _epoch_of(session_key: str):  # noqa: ANN202 — a scalar subquery
+    return func.coalesce(select(SessionModel.epoch).where(SessionModel.key == session_key).scalar_subquery(), 0)
+
+
+def _record(row: CompactionModel) -> CompactionRecord:
+    return CompactionRecord(
+        row.session_key, row.covered, row.summary, row.tokens_before, row.tokens_after, row.ok,
+        row.error, row.forced, row.created_at,
+    )  # fmt: skip
+
+
+class CompactionRepository(RepositoryBase):
+    async def compaction_state(self, session_key: str) -> tuple[CompactionRecord | None, CompactionRecord | None]:
+        """(latest successful compaction, latest attempt) of the session's current epoch."""
+        query = (
+            select(CompactionModel)
+            .where(CompactionModel.session_key == session_key, CompactionModel.epoch == _epoch_of(session_key))
+            .order_by(CompactionModel.id.desc())
+        )
+        async with self._tx() as s:
+            attempt = await s.scalar(query.limit(1))
+            latest = attempt if attempt is None or attempt.ok else await s.scalar(
+                query.where(CompactionModel.ok.is_(True)).limit(1)
+            )
+        return (_record(latest) if latest else None, _record(attempt) if attempt else None)
+
+    async def save_compaction(self, record: CompactionRecord) -> None:
+        """Store an attempt; the id of the last message it covers is looked up in the same
+        transaction (the `covered`-th message of the current epoch)."""
+        async with self._tx() as s:
+            epoch = await s.scalar(select(_epoch_of(record.session_key)))
+            covered_id = None
+            if record.covered > 0:
+                covered_id = await s.scalar(
+                    select(MessageModel.id)
+                    .where(MessageModel.session_key == record.session_key, MessageModel.epoch == epoch)
+                    .order_by(MessageModel.id)
+                    .offset(record.covered - 1)
+                    .limit(1)
+                )
+            s.add(
+                CompactionModel(
+                    session_key=record.session_key, epoch=epoch or 0, covered=record.covered,
+                    covered_message_id=covered_id, ok=record.ok, forced=record.forced,
+                    summary=clean_text(record.summary), error=clean_text(record.error),
+                    tokens_before=record.tokens_before, tokens_after=record.tokens_after,
+                    created_at=record.created_at or self._now(),
+                )
+            )  # fmt: skip
