@@ -339,8 +339,8 @@ class Conversations:
                 f"{MAX_INBOUND_CHARS:,}. Please send it in parts or as a file.",
             )
             return False
-        await self.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
-        await self.storage.queue_inbound(inbox_id, route.session_key)
+        # One transaction (the session exists, the row is queued): on the first reply's path.
+        await self.storage.accept_inbound(inbox_id, route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
         return await self._submit(Pending(inbound, route, inbox_id), acknowledge=True)
 
     async def _submit(self, pending: Pending, *, acknowledge: bool) -> bool:
@@ -371,21 +371,21 @@ class Conversations:
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
-        session = await self.storage.get_session(key)
         content = await self._content(key, last.route.scope, items)
         request = RunRequest(
             session_key=key,
             scope=last.route.scope,
             content=content,
-            model=session.model_override if session else None,
             messenger=AdapterMessenger(adapter, target),
             requester=last.inbound.identity,
         )
+        # Taken before the run appends the user message: after a crash, a row whose run stored
+        # that message counts as answered, any other goes back to the queue. The session (its
+        # /model, even one set while these waited) is read in the same transaction.
+        session = await self.storage.take_inbound_for_run(_inbox_ids(items), request.run_id, key)
+        request = dataclasses.replace(request, model=session.model_override if session else None)
         if last.job is None:  # steer mode: later messages join this run at a tool boundary
             request = dataclasses.replace(request, steer=queue_modes.steer_hook(self, key, items, request.run_id))
-        # Taken before the run appends the user message: after a crash, a row whose run stored
-        # that message counts as answered, any other goes back to the queue.
-        await self.storage.take_inbound(_inbox_ids(items), request.run_id)
         sink: Any = adapter.open_reply(target) if last.job is None or self.jobs is None else (
             await self.jobs.sink(last.job, lambda: adapter.open_reply(target))
         )

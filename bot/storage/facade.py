@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 
 from sqlalchemy.engine import URL
@@ -21,6 +22,7 @@ from bot.storage.metrics import MetricsRepository
 from bot.storage.migrate import upgrade
 from bot.storage.plans import PlanRepository
 from bot.storage.runs import RunRepository
+from bot.storage.records import SessionRow, SessionScope
 from bot.storage.sessions import SessionRepository
 from bot.storage.usage import UsageRepository
 
@@ -72,6 +74,25 @@ class Storage(
     def from_engine(cls, engine: AsyncEngine, *, clock: Clock = utc_now) -> Storage:
         """Wrap an existing engine (already migrated); aclose() disposes it."""
         return cls(engine, clock=clock)
+
+    # -- the first-reply path: one transaction where two used to be --------------------
+
+    async def accept_inbound(
+        self, inbox_id: int, session_key: str, scope: SessionScope, platform: str, chat_id: str
+    ) -> SessionRow:
+        """`ensure_session` + `queue_inbound` in one transaction: the message waits for a run
+        of a session that exists."""
+        async with self._tx() as s:
+            session = await self._ensure_session_in(s, session_key, scope, platform, chat_id)
+            await self._set_state_in(s, [inbox_id], "queued", session_key=session_key)
+            return session
+
+    async def take_inbound_for_run(self, ids: Sequence[int], run_id: str, session_key: str) -> SessionRow | None:
+        """`take_inbound` + `get_session` in one transaction: the run is about to answer these
+        messages, with the session as it is now (a /model while they waited counts)."""
+        async with self._tx() as s:
+            await self._set_state_in(s, ids, "running", run_id=run_id)
+            return await self._get_session_in(s, session_key)
 
     @property
     def closed(self) -> bool:

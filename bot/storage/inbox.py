@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from sqlalchemy import delete, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agent_core.inbound import Inbound
 from bot.storage.base import RepositoryBase, rowcount
@@ -215,15 +216,29 @@ class InboxRepository(RepositoryBase):
     ) -> None:
         if not ids:
             return
+        async with self._tx() as s:
+            await self._set_state_in(s, ids, state, session_key=session_key, run_id=run_id)
+
+    async def _set_state_in(
+        self,
+        s: AsyncSession,
+        ids: Sequence[int],
+        state: InboxState,
+        *,
+        session_key: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """`_set_state` inside the caller's transaction."""
+        if not ids:
+            return
         values: dict[str, object] = {"state": state, "updated_at": self._now()}
         if session_key is not None:
             values["session_key"] = session_key
         if run_id is not None:
             values["run_id"] = run_id
-        async with self._tx() as s:
-            await s.execute(
-                update(InboxModel)
-                .where(InboxModel.id.in_(list(ids)))
-                .values(**values)
-                .execution_options(synchronize_session=False)
-            )
+        await s.execute(
+            update(InboxModel)
+            .where(InboxModel.id.in_(list(ids)))
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )

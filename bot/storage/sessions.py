@@ -11,6 +11,7 @@ from typing import Any
 from datetime import datetime
 
 from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agent_core.text import clean_json, clean_text
 from bot.storage.base import RepositoryBase
@@ -91,32 +92,41 @@ class SessionRepository(RepositoryBase):
         """Create the session if absent and return it. An existing session is returned
         unchanged (its scope, platform and chat are those of its first sighting: `main` is
         shared across platforms)."""
-        now = self._now()
         async with self._tx() as s:
-            # The common case, a known session, costs one plain SELECT.
-            row = (await s.execute(_session_select(key))).first()
-            if row is not None:
-                return _session_row(row)
-            stmt = (
-                self._insert(SessionModel)
-                .values(
-                    key=key,
-                    scope=scope,
-                    platform=platform,
-                    chat_id=None if chat_id is None else clean_text(chat_id),
-                    epoch=0,
-                    created_at=now,
-                    updated_at=now,
-                )
-                .on_conflict_do_nothing(index_elements=["key"])
+            return await self._ensure_session_in(s, key, scope, platform, chat_id)
+
+    async def _ensure_session_in(
+        self, s: AsyncSession, key: str, scope: SessionScope, platform: str | None, chat_id: str | None
+    ) -> SessionRow:
+        """`ensure_session` inside the caller's transaction."""
+        now = self._now()
+        # The common case, a known session, costs one plain SELECT.
+        row = (await s.execute(_session_select(key))).first()
+        if row is not None:
+            return _session_row(row)
+        stmt = (
+            self._insert(SessionModel)
+            .values(
+                key=key,
+                scope=scope,
+                platform=platform,
+                chat_id=None if chat_id is None else clean_text(chat_id),
+                epoch=0,
+                created_at=now,
+                updated_at=now,
             )
-            await s.execute(stmt)
-            return _session_row((await s.execute(_session_select(key))).one())
+            .on_conflict_do_nothing(index_elements=["key"])
+        )
+        await s.execute(stmt)
+        return _session_row((await s.execute(_session_select(key))).one())
 
     async def get_session(self, key: str) -> SessionRow | None:
         async with self._tx() as s:
-            row = (await s.execute(_session_select(key))).first()
-            return None if row is None else _session_row(row)
+            return await self._get_session_in(s, key)
+
+    async def _get_session_in(self, s: AsyncSession, key: str) -> SessionRow | None:
+        row = (await s.execute(_session_select(key))).first()
+        return None if row is None else _session_row(row)
 
     async def new_epoch(self, key: str) -> SessionRow:
         """Start a fresh conversation (/new): later `load_transcript` calls see only messages
