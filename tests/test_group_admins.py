@@ -61,3 +61,29 @@ async def test_an_admin_check_telegram_fails_refuses_and_is_asked_again_next_tim
         tg.send_group(GROUP, ADMIN, f"/new@{BOT_USERNAME}", first_name="Ada")
         await h.bot_text(GROUP, lambda t: t.startswith("Started a fresh session"))
         assert len(tg.calls_of("getChatMember")) == 2
+
+
+async def test_fake_get_chat_member_answers_like_telegram(tg: FakeTelegram) -> None:
+    """PTB parses each answer into the ChatMember subclass Telegram's status names."""
+    from telegram import Bot, ChatMemberAdministrator, ChatMemberLeft, ChatMemberMember, ChatMemberOwner
+    from telegram.error import BadRequest
+    from telegram.request import HTTPXRequest
+
+    tg.set_chat_admin(GROUP, ADMIN)
+    tg.set_chat_admin(GROUP, 80, "creator")
+    for user in (ADMIN, 80, PLAIN):
+        tg.send_group(GROUP, user, "hi")
+    tg.send_group(-1009, MEMBER, "elsewhere")
+    async with Bot(tg.token, base_url=tg.base_url, request=HTTPXRequest(httpx_kwargs={"verify": False})) as bot:
+        assert isinstance(await bot.get_chat_member(GROUP, ADMIN), ChatMemberAdministrator)
+        assert isinstance(await bot.get_chat_member(GROUP, 80), ChatMemberOwner)
+        assert isinstance(await bot.get_chat_member(GROUP, PLAIN), ChatMemberMember)
+        assert isinstance(await bot.get_chat_member(GROUP, MEMBER), ChatMemberLeft)  # never wrote here
+        tg.set_chat_admin(GROUP, ADMIN, None)
+        assert isinstance(await bot.get_chat_member(GROUP, ADMIN), ChatMemberMember)
+        try:
+            await bot.get_chat_member(GROUP, 999)
+        except BadRequest as exc:
+            assert "user not found" in exc.message.lower()
+        else:
+            raise AssertionError("an unknown user must be a Bad Request")
