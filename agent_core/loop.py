@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agent_core.compaction import CompactionCall, Compactor
 from agent_core.events import (
     Event,
     RunFailed,
@@ -94,8 +95,10 @@ class AgentLoop:
         config: LoopConfig = LoopConfig(),
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         pinned: PinnedSource | None = None,
+        compactor: Compactor | None = None,
     ) -> None:
         self._pinned = pinned
+        self.compactor = compactor
         self._llm = llm
         self._tools = tools
         self._runner = runner
@@ -150,18 +153,23 @@ class AgentLoop:
         try:
             # Cleaned again on load: rows written before text was cleaned at every entrance
             # must not wedge the session.
-            history = repair(stored if is_clean(stored) else clean_json(stored))
+            stored = stored if is_clean(stored) else clean_json(stored)
+            history = repair(stored)
             # Ids of the whole epoch, so a reused one is renamed even when its first use is
             # outside the window (a later window may include both).
             state.taken = tool_use_ids(history)
-            messages = window(history, state.budget)
-            state.run_start = len(messages)
-            messages.append({"role": "user", "content": content})
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
             tool_defs = self._tool_definitions()
             ctx = self._tool_context(request)
             ctx.emit = emit  # tools such as `plan` report progress as typed events
+            if self.compactor is not None:
+                # agent_core.compaction: the latest summary + newer turns; compacts first
+                # (silently, within this run, under a timeout) when the context nears the window.
+                history = await self._compacted(request, model, system, tool_defs, stored, content, ctx, state, emit)
+            messages = window(history, state.budget)
+            state.run_start = len(messages)
+            messages.append({"role": "user", "content": content})
             grants: set[str] = set()  # unused: the runner looks up exact-input grant rules per call
             try:
                 await self._turns(request, model, system, tool_defs, messages, ctx, grants, state, emit)
@@ -196,6 +204,28 @@ class AgentLoop:
                 RunFailed(run_id, f"Roost hit an internal error ({type(exc).__name__}); it has been logged.",
                           "internal_error", state.usage)
             )
+
+    async def _compacted(
+        self, request: RunRequest, model: str, system: list[dict[str, Any]], tool_defs: list[dict[str, Any]],
+        stored: list[dict[str, Any]], content: list[dict[str, Any]], ctx: ToolContext, state: _RunState,
+        emit: Callable[[Event], Any],
+    ) -> list[dict[str, Any]]:
+        assert self.compactor is not None
+
+        async def silent_tools(uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            # The memory flush's tool calls: run like any other (policy, audit) but unseen.
+            async def discard(event: Event) -> None:
+                return None
+
+            calls = [ToolCall(b["id"], b["name"], b["input"]) for b in uses]
+            return [o.as_block() for o in await self._runner.run_all(calls, ctx, set(), discard)]
+
+        call = CompactionCall(request.session_key, model, system, tool_defs, stored, content, silent_tools)
+        history = await self.compactor.prepare(call)
+        for notice in call.notices:  # told once: a failed attempt is recorded, not retried
+            state.text += f"{notice}\n\n"
+            await emit(TextDelta(f"{notice}\n\n"))
+        return history
 
     async def _turns(
         self,

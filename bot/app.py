@@ -20,6 +20,7 @@ from agent_core.builtin_tools.schedule_tool import make_schedule_tool
 from agent_core.builtin_tools.ask_user import make_ask_user_tool
 from agent_core.builtin_tools.plan_tool import make_plan_tool
 from agent_core.builtin_tools.spawn_tool import make_spawn_tool
+from agent_core.compaction import CompactionConfig, Compactor
 from agent_core.plans import PlanBook
 from agent_core.questions import QuestionDesk
 from agent_core.workers import WorkerLimits, WorkerPool
@@ -262,6 +263,10 @@ async def build(
             tool_context=tool_context,
             config=loop_config,
             pinned=lambda request: plans.pinned(request.session_key),  # goal lock + current step
+            compactor=Compactor(llm, storage, CompactionConfig(
+                context_window_tokens=settings.agent.context_window_tokens, compact_at=settings.agent.compact_at,
+                keep_recent_tokens=settings.agent.compact_keep_tokens, timeout_s=settings.agent.compact_timeout_s,
+            )),  # fmt: skip
         )
         router = Router(
             storage,

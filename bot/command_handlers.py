@@ -9,6 +9,7 @@ from adapters.base import Button
 from agent_core.inbound import Inbound, ReplyTarget
 from agent_core.ports import AuditEntry, AuditKind
 from agent_core.risk import Scope
+from agent_core.compaction import describe as describe_compaction
 from agent_core.transcript import repair
 from bot.cli_grants import chat_command as grants_chat_command
 from bot.commands import HELP, Command, estimate_cost
@@ -169,6 +170,7 @@ class CommandHandlers:
             f"{usage.cache_read_input_tokens:,} read from cache, {usage.cache_creation_input_tokens:,} written to cache",
             f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown for this model",
             f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
+            *describe_compaction(*await storage.compaction_state(route.session_key)),
             "Busy: yes" if self._c.lanes.is_busy(route.session_key) else "Busy: no",
             f"'Always allow' rules: {await storage.count_grants(route.session_key)}",
         ]
@@ -181,6 +183,17 @@ class CommandHandlers:
             shown = [states[m].describe() if m in states else f"{m}: ok" for m in self._c.models]
             lines.append("Models: " + "; ".join(shown))
         return "\n".join(lines)
+
+    async def _cmd_compact(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        """Compaction runs inside the session's next run (never beside a running one)."""
+        compactor = self._c.agent.compactor
+        if compactor is None:
+            return "Compaction is not enabled."
+        compactor.force(route.session_key)
+        return (
+            "I'll compact this conversation before my next answer: older messages become a "
+            "structured summary (they stay stored). /status shows the size before and after."
+        )
 
     async def _cmd_model(self, command: Command, inbound: Inbound, route: Accept) -> str:
         models = self._c.models

@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "plan": "the current plan: steps, what each needs to be done, evidence so far; the locked goal",
     "queue": "messages while I'm busy: /queue collect|followup|steer|interrupt",
     "usage": "runs, tokens, cache hits and estimated cost: today and this week",
+    "compact": "summarise older messages now so the conversation fits (all stay stored)",
 }
 GROUP_COMMANDS: dict[str, str] = {
     "allow": "owner only: let me answer in this group",

@@ -65,6 +65,13 @@ class AgentSettings(_Section):
     """Latency fallback: no first token within this many seconds → the next model. Off by default."""
     queue_mode: Literal["collect", "followup", "steer", "interrupt"] = "collect"
     max_concurrent_runs: int = Field(16, ge=1)
+    context_window_tokens: int = Field(200_000, ge=1000)
+    """The model's context window, for compaction (agent_core.compaction)."""
+    compact_at: float = Field(0.75, gt=0, le=1)
+    """Compact a session when its estimated context reaches this share of the window."""
+    compact_keep_tokens: int = Field(20_000, ge=0)
+    """The newest turns kept verbatim by a compaction."""
+    compact_timeout_s: float = Field(120.0, gt=0)
 
 
 class TelegramSettings(_Section):
