@@ -74,8 +74,11 @@ class RunStore(Protocol):
     ) -> None: ...
 
     async def finish_tool_call(
-        self, call_id: str, output: str, is_error: bool, duration_s: float
-    ) -> None: ...
+        self, call_id: str, output: str, is_error: bool, duration_s: float, *, run_id: str | None = None
+    ) -> None:
+        """Finish the newest unfinished call recorded with `call_id` (in `run_id` when given:
+        call ids are unique within a run, but another run may reuse one)."""
+        ...
 
 
 class ApprovalStore(Protocol):
