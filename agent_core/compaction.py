@@ -63,6 +63,9 @@ SUMMARY_SYSTEM = (
     + "\n".join(f"## {s}" for s in SECTIONS)
 )
 
+WINDOW_SHARE = 0.9
+"""Compaction is due when the history fills this share of the loop's window budget."""
+
 MEMORY_TOOLS = frozenset({"memory_write", "memory_search", "memory_get"})
 
 
@@ -79,6 +82,8 @@ class CompactionConfig:
     summary_max_tokens: int = 4096
     max_summary_input_chars: int = 400_000
     """What the summary call reads at most (tool results are cut first)."""
+    before_window: bool = True
+    """Also compact when the history nears the loop's window budget (see CompactionCall)."""
     retry_growth: float = 0.10
     """After a failed attempt, the next automatic one waits for this much more of the window."""
 
@@ -126,6 +131,9 @@ class CompactionCall:
     incoming: list[dict[str, Any]]
     """This run's user content (counted in the estimate; never summarised)."""
     run_tools: ToolRunnerFn
+    history_budget_chars: int | None = None
+    """The loop's window budget: compaction is also due before windowing would leave turns
+    out (so nothing is left out silently while the context is still under the threshold)."""
     notices: list[str] = field(default_factory=list)
     """Filled with what the user must be told (a failed attempt)."""
 
@@ -230,7 +238,11 @@ class Compactor:
         history = self._view(latest, call.stored)
         tokens = estimate_tokens(call.system, call.tools, history, call.incoming)
         forced = call.session_key in self._forced
-        if not forced and not self._due(tokens, attempt):
+        near_window = (
+            self.config.before_window and call.history_budget_chars is not None
+            and size_of(history) > call.history_budget_chars * WINDOW_SHARE
+        )  # fmt: skip
+        if not forced and not self._due(tokens, attempt, near_window):
             return history
         self._forced.discard(call.session_key)
         floor = latest.covered - 1 if latest is not None else -1
@@ -262,8 +274,8 @@ class Compactor:
         log.info("compaction.done", extra={"session": call.session_key, "before": tokens, "after": after})
         return new_history
 
-    def _due(self, tokens: int, attempt: CompactionRecord | None) -> bool:
-        if tokens < self.config.threshold_tokens:
+    def _due(self, tokens: int, attempt: CompactionRecord | None, near_window: bool = False) -> bool:
+        if tokens < self.config.threshold_tokens and not near_window:
             return False
         if attempt is not None and not attempt.ok:
             # One attempt per crossing: wait until the context has grown past the failed one.

@@ -220,7 +220,9 @@ class AgentLoop:
             calls = [ToolCall(b["id"], b["name"], b["input"]) for b in uses]
             return [o.as_block() for o in await self._runner.run_all(calls, ctx, set(), discard)]
 
-        call = CompactionCall(request.session_key, model, system, tool_defs, stored, content, silent_tools)
+        call = CompactionCall(
+            request.session_key, model, system, tool_defs, stored, content, silent_tools, state.budget
+        )
         history = await self.compactor.prepare(call)
         for notice in call.notices:  # told once: a failed attempt is recorded, not retried
             state.text += f"{notice}\n\n"

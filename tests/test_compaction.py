@@ -205,3 +205,21 @@ def test_summary_always_has_every_seed_section_in_order() -> None:
     positions = [text.index(f"## {s}") for s in SECTIONS]
     assert positions == sorted(positions)
     assert "- ship it" in text and "- CI is red" in text and "stray line" in text
+
+
+async def test_compaction_runs_before_windowing_would_leave_turns_out_silently(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """Under the token threshold, but the history no longer fits the loop's window budget:
+    compacting first, instead of windowing dropping the oldest turns without a word."""
+    import dataclasses
+
+    fake_api.script(reply_text("nothing to save"), reply_text(SUMMARY), reply_text("Fits now."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        await seed(h.app.storage)
+        h.app.agent.compactor.config = CompactionConfig(keep_recent_tokens=2000)  # 200k window: under threshold
+        h.app.agent.config = dataclasses.replace(h.app.agent.config, history_budget_chars=40_000)
+        tg.send_private(OWNER, "go on")
+        await h.says(OWNER, "Fits now.")
+        answer = fake_api.requests[2].json
+        assert first_user_text(answer).startswith(SUMMARY_HEADER) and "Turn 23:" in sent_text(answer)
