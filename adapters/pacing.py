@@ -1,4 +1,4 @@
-"""One-off Bot API requests (notices, card edits, callback results) through the adapter's
+"""One-off platform requests (notices, card edits, button answers) through the adapter's
 shared `Outbox`, so they obey the same per-chat pace and `retry_after` pause as streaming.
 
 `through_outbox` returns the request's result or raises its `DeliveryError`; a
@@ -34,7 +34,7 @@ async def through_outbox(
 ) -> T:
     """Run `request` in the outbox worker when `chat` may be sent to; see the module docstring."""
     if outbox.closed:
-        raise DeliveryError("the Telegram adapter is closed")
+        raise DeliveryError("the adapter is closed")
     done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
     key = ("once", next(_ids))
 
@@ -55,7 +55,7 @@ async def through_outbox(
 
     def dropped() -> None:
         if not done.done():
-            done.set_exception(DeliveryError("the Telegram adapter closed before sending"))
+            done.set_exception(DeliveryError("the adapter closed before sending"))
 
     outbox.submit(chat, key, action, priority=priority, interval=interval, pace=pace, on_drop=dropped)
     try:

@@ -25,6 +25,9 @@ class Inbound:
     update_id: str | None = None
     """Platform delivery id, for de-duplication of redelivered updates."""
     received_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    space_id: str | None = None
+    """What holds the chat on platforms that nest chats: the guild (server) id on Discord;
+    None on Telegram, in DMs and on the console."""
 
     @property
     def identity(self) -> str:

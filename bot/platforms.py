@@ -54,7 +54,6 @@ def discord_adapter(settings: Settings, **extra: Any) -> DiscordAdapter:
         settings.discord_bot_token.get_secret_value(),
         api_base=dc.api_base,
         gateway_url=dc.gateway_url,
-        allowed_guilds=dc.allowed_guilds,
         commands={name: text for name, text in {**COMMANDS, **GROUP_COMMANDS}.items() if name != "start"},
         **extra,
     )

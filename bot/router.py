@@ -1,8 +1,8 @@
 """Access control and session choice for each inbound message (DESIGN.md, Data flow 2).
 
 Decides, in this order: owner / paired user / stranger (pairing) for private chats; allowed
-group and mention gating for groups. Unmentioned group messages are kept as read-only context
-for the next mention. Everything refused is logged with its reason, never silently dropped.
+group (its chat id, or its Discord guild) and mention gating for groups. Unmentioned group
+messages are kept as read-only context for the next mention. Everything refused is logged with its reason, never silently dropped.
 """
 
 from __future__ import annotations
@@ -70,11 +70,14 @@ class Router:
         *,
         owners: Collection[str],
         allowed_groups: dict[str, Collection[str]],
+        allowed_spaces: dict[str, Collection[str]] | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._storage = storage
         self.owners = frozenset(owners)
         self._allowed_groups = {p: frozenset(ids) for p, ids in allowed_groups.items()}
+        self._allowed_spaces = {p: frozenset(ids) for p, ids in (allowed_spaces or {}).items()}
+        """Per platform, the spaces (Discord guilds) all of whose channels are allowed."""
         self._now = now
         self._told: dict[str, datetime] = {}
         """When each stranger was last told about pairing (in memory: a restart re-tells once)."""
@@ -91,7 +94,10 @@ class Router:
 
     def statically_allowed(self, inbound: Inbound) -> bool:
         static = self._allowed_groups.get(inbound.platform, frozenset())
-        return "*" in static or inbound.chat_id in static
+        if "*" in static or inbound.chat_id in static:
+            return True
+        spaces = self._allowed_spaces.get(inbound.platform, frozenset())
+        return inbound.space_id is not None and ("*" in spaces or inbound.space_id in spaces)
 
     async def group_allowed(self, inbound: Inbound) -> bool:
         if self.statically_allowed(inbound):

@@ -46,3 +46,40 @@ def test_only_the_llm_module_imports_anthropic() -> None:
     users = [p.relative_to(ROOT).as_posix() for pkg in ("agent_core", "bot", "adapters", "workspace")
              for p in (ROOT / pkg).rglob("*.py") if "anthropic" in imported_roots(p)]
     assert users == ["agent_core/anthropic_llm.py"]
+
+
+PLATFORMS = ("telegram", "discord")
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+    return modules
+
+
+def test_platform_adapters_never_import_each_other() -> None:
+    """What two platforms share lives once in adapters/ (cards, run_reply, pacing,
+    button_actions), never in one platform's package for the other to borrow."""
+    offenders = []
+    for platform in PLATFORMS:
+        others = tuple(f"adapters.{other}" for other in PLATFORMS if other != platform)
+        for path in sorted((ROOT / "adapters" / platform).rglob("*.py")):
+            bad = sorted(m for m in imported_modules(path) if m.startswith(others))
+            if bad:
+                offenders.append(f"{path.relative_to(ROOT)} imports {', '.join(bad)}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_shared_adapter_modules_know_no_platform() -> None:
+    offenders = []
+    for path in sorted((ROOT / "adapters").glob("*.py")):
+        bad = sorted(m for m in imported_modules(path)
+                     if m.split(".")[0] in PLATFORMS or m.startswith(tuple(f"adapters.{p}" for p in PLATFORMS)))
+        if bad:
+            offenders.append(f"{path.relative_to(ROOT)} imports {', '.join(bad)}")
+    assert not offenders, "\n".join(offenders)

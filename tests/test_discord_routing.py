@@ -1,6 +1,7 @@
 """Who gets which session on Discord, over the wire: owner DM → main (shared with the
 owner's Telegram DM), stranger → pairing, mention → the channel's sub-session, a thread
-its own, unmentioned → kept as context only, a channel not allowed → ignored."""
+its own, unmentioned → kept as context only, a channel not allowed → ignored, every channel
+of an allowed guild answered."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.recording_adapter import RecordingAdapter, private
 from tests.discord_harness import (  # noqa: F401  (dc is a fixture)
     CHANNEL,
+    GUILD,
     OTHER_CHANNEL,
     OWNER,
     PAIRING_CODE,
@@ -116,3 +118,29 @@ async def test_a_redelivered_message_is_answered_once(tmp_path, dc: FakeDiscord,
         answers = [m.content for m in dc.bot_messages(dm) if not m.content.startswith("⏳")]  # "queued" notice
         assert answers == ["Once.", "Twice?!"]
         assert len(fake_api.requests) == 2
+
+
+FOREIGN_GUILD = "600000000000000000"
+FOREIGN_CHANNEL = "600000000000000001"
+
+
+async def test_every_channel_of_an_allowed_guild_answers_a_mention_and_another_guild_is_ignored(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """ROOST_DISCORD__ALLOWED_GUILDS allows a guild's channels although no channel is listed."""
+    dc.add_guild(FOREIGN_GUILD, [FOREIGN_CHANNEL])
+    fake_api.script(reply_text("Guild-wide hello."))
+    async with running(tmp_path, dc, fake_api, paced=False, discord={"allowed_channels": [], "allowed_guilds": [GUILD]}) as h:
+        dc.say(FOREIGN_CHANNEL, OWNER, "<@900000000000000001> anyone?", mention_bot=True)
+        dc.say(OTHER_CHANNEL, OWNER, "<@900000000000000001> hello?", mention_bot=True)
+        await h.bot_text(OTHER_CHANNEL, lambda t: t == "Guild-wide hello.")
+        assert not dc.bot_messages(FOREIGN_CHANNEL)
+        assert len(fake_api.requests) == 1
+
+
+async def test_a_wildcard_allowed_guilds_answers_in_any_guild(tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic) -> None:
+    dc.add_guild(FOREIGN_GUILD, [FOREIGN_CHANNEL])
+    fake_api.script(reply_text("Anywhere."))
+    async with running(tmp_path, dc, fake_api, paced=False, discord={"allowed_channels": [], "allowed_guilds": ["*"]}) as h:
+        dc.say(FOREIGN_CHANNEL, OWNER, "<@900000000000000001> here too?", mention_bot=True)
+        await h.bot_text(FOREIGN_CHANNEL, lambda t: t == "Anywhere.")

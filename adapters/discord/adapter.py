@@ -11,9 +11,9 @@ itself and RESUMEs the session, so missed events are replayed, not lost. If star
 everything started so far is closed. `aclose` stops intake, lets messages in progress
 finish briefly, drops queued sends and closes the client; it is idempotent.
 
-Inbound: a message in a guild whose id is not in `allowed_guilds` (unless that list is
-empty or has "*") is ignored here; channels are the router's business. Messages of one
-channel reach the handler in arrival order.
+Inbound: every user message goes to the handler with its guild as `space_id`; which guilds
+and channels are answered is the router's business (ROOST_DISCORD__ALLOWED_GUILDS /
+ALLOWED_CHANNELS). Messages of one channel reach the handler in arrival order.
 
 Outgoing traffic: one `Outbox` paces every channel (≥ 1.2 s between requests) and pauses
 on 429; discord.py's own rate-limit handling sits below it.
@@ -24,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, Literal
 
 import discord
 
 from adapters.base import Button, Delivery, InboundHandler
+from adapters.button_actions import PAIR_PREFIX
 from adapters.discord.approval_views import (
     ActionButton,
     ApprovalButton,
@@ -45,8 +46,8 @@ from adapters.discord.transport import DISCORD_LIMIT, EDIT_INTERVAL_S, NO_MENTIO
 from adapters.discord.updates import BotIdentity, command_inbound, to_inbound
 from adapters.errors import DeliveryError, MessageGone
 from adapters.outbox import Clock, Outbox, Priority, Sleep
+from adapters.pacing import through_outbox
 from adapters.render.chunks import ChunkSpec, plan_chunks
-from adapters.telegram.pacing import through_outbox
 from agent_core.inbound import ReplyTarget
 from agent_core.ports import ApprovalRecord
 
@@ -112,7 +113,6 @@ class DiscordAdapter:
         *,
         api_base: str = DEFAULT_API_BASE,
         gateway_url: str | None = None,
-        allowed_guilds: Collection[str] = (),
         commands: Mapping[str, str] | None = None,
         edit_interval_s: float = EDIT_INTERVAL_S,
         ready_timeout_s: float = 30.0,
@@ -122,7 +122,6 @@ class DiscordAdapter:
     ) -> None:
         self._token = token
         self._api_base, self._gateway_url = api_base, gateway_url
-        self._guilds = frozenset(str(g) for g in allowed_guilds)
         self._commands = dict(commands or {})
         self._interval = edit_interval_s
         self._ready_timeout = ready_timeout_s
@@ -246,9 +245,6 @@ class DiscordAdapter:
 
     # -- inbound ---------------------------------------------------------------------
 
-    def _guild_allowed(self, guild: discord.Guild | None) -> bool:
-        return guild is None or not self._guilds or "*" in self._guilds or str(guild.id) in self._guilds
-
     async def _on_message(self, message: discord.Message) -> None:
         if self._state != "running" or self._me is None or self._handler is None:
             return
@@ -256,9 +252,6 @@ class DiscordAdapter:
         if inbound is None:
             return
         self._channels.add(str(message.channel.id))
-        if not self._guild_allowed(message.guild):
-            log.info("discord.guild_not_allowed guild=%s", message.guild.id if message.guild else "-")
-            return
         await self._in_order(str(message.channel.id), self._handler.receive(inbound))
 
     async def _in_order(self, key: str, work: Coroutine[Any, Any, Any]) -> None:
@@ -305,8 +298,9 @@ class DiscordAdapter:
         await interaction.response.defer()
         assert self._handler is not None
         identity = f"discord:{interaction.user.id}"
-        if action.startswith("pair:"):
-            result, done = await self._handler.approve_pairing("discord", action[5:], identity), True
+        if action.startswith(PAIR_PREFIX):
+            code = action[len(PAIR_PREFIX) :]
+            result, done = await self._handler.approve_pairing("discord", code, identity), True
         else:
             answer = await self._handler.press_button("discord", action, identity)
             result, done = answer.text, answer.done

@@ -13,50 +13,50 @@ Contract:
 - Every press is acknowledged first (a deferred update, well within Discord's 3 s), then
   decided; a non-approver gets an ephemeral "not yours" and nothing changes; a decided
   card is edited to show the outcome with its buttons removed.
-- `DiscordCards` delivers the cards of running replies through the shared `Outbox`: a card
-  is synced to its newest desired state, so a resolution arriving before the card was sent
-  yields one message already showing the outcome.
+- `DiscordCards` is the shared `adapters.cards.Cards` (synced through the `Outbox` to the
+  newest desired state) with `DiscordCardSender`; a card whose send lost its answer is
+  looked for by its nonce (`find_sent`), never posted twice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import discord
 
-from adapters.errors import DeliveryError, MessageGone, RateLimited
-from adapters.outbox import Outbox, Priority
-from adapters.telegram.approval_cards import outcome_text
-from adapters.telegram.callback_data import ApprovalPress, CallbackCodec, parse_approval
+from adapters.button_actions import (
+    APPROVAL_PREFIX,
+    ASK_PREFIX,
+    JOB_PREFIX,
+    PAIR_PREFIX,
+    RESUME_PREFIX,
+    ApprovalPress,
+    approval_action,
+    parse_approval,
+)
+from adapters.cards import Card, Cards, outcome_text
+from adapters.discord.transport import DiscordTransport
+from adapters.outbox import Outbox
 from agent_core.approvals import Decision, ResolveOutcome
-from agent_core.events import ApprovalRequested, ApprovalResolved
 from agent_core.ports import ApprovalRecord
-
-if TYPE_CHECKING:
-    from adapters.discord.transport import DiscordTransport
 
 log = logging.getLogger(__name__)
 
 INLINE_ACTION_CHARS = 1500
 """Longer actions go as a file: the card must stay well below Discord's 2000."""
 DOCUMENT_NAME = "action.txt"
-MAX_ATTEMPTS = 3
 NOT_YOURS = "This approval isn't yours."
 NO_MENTIONS = discord.AllowedMentions.none()
-_CODEC = CallbackCodec()
 _LABELS = {
     Decision.ONCE: ("✅ Approve once", discord.ButtonStyle.success),
     Decision.ALWAYS: ("♾ Always in this session", discord.ButtonStyle.primary),
     Decision.DENY: ("❌ Deny", discord.ButtonStyle.danger),
 }
 
-CardState = Literal["live", "done", "failed"]
 PressHandler = Callable[[discord.Interaction, ApprovalPress], Awaitable[None]]
 
 
@@ -104,12 +104,12 @@ def record_text(record: ApprovalRecord, who: str | None) -> str:
     return card_text(record.tool_name, record.action, record.expires_at, decision=decision, who=who)
 
 
-class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"ap:(?P<id>[^:]+):(?P<code>[oad])"):
+class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=rf"{APPROVAL_PREFIX}(?P<id>[^:]+):(?P<code>[oad])"):
     """One approval button; rebuilt by discord.py from any matching custom_id."""
 
     def __init__(self, approval_id: str, decision: Decision) -> None:
         label, style = _LABELS[decision]
-        super().__init__(discord.ui.Button(label=label, style=style, custom_id=_CODEC.approval(approval_id, decision)))
+        super().__init__(discord.ui.Button(label=label, style=style, custom_id=approval_action(approval_id, decision)))
         self.press = ApprovalPress(approval_id, decision)
 
     @classmethod
@@ -132,8 +132,8 @@ class ApprovalButton(discord.ui.DynamicItem[discord.ui.Button[Any]], template=r"
 class ActionButton(
     discord.ui.DynamicItem[discord.ui.Button[Any]],
     # pair, ask, resume, and a scheduled job's Run now / Pause / Cancel (job:<op>:<id>)
-    template=r"pair:(?P<code>[A-Za-z0-9]{1,32})|ask:[0-9a-f]{1,32}:[0-9]{1,2}|resume:[0-9a-f]{1,32}"
-    r"|job:[a-z_]{1,16}:[A-Za-z0-9_-]{1,64}",
+    template=rf"{PAIR_PREFIX}(?P<code>[A-Za-z0-9]{{1,32}})|{ASK_PREFIX}[0-9a-f]{{1,32}}:[0-9]{{1,2}}"
+    rf"|{RESUME_PREFIX}[0-9a-f]{{1,32}}|{JOB_PREFIX}[a-z_]{{1,16}}:[A-Za-z0-9_-]{{1,64}}",
 ):
     """A button on a standalone message (`adapters.base.Button`), e.g. "pair:<code>"; like
     approval buttons it works after a restart (the action is the whole custom_id)."""
@@ -163,139 +163,42 @@ def approval_view(approval_id: str) -> discord.ui.View:
     return view
 
 
-@dataclass(slots=True)
-class Card:
-    request: ApprovalRequested
-    transport: DiscordTransport
-    decision: str | None = None
-    resolved_by: str | None = None
-    message_id: str | None = None
-    shown: str | None = None
-    state: CardState = "live"
-    failures: int = 0
-    key: tuple[str, str] = field(init=False)
+class DiscordCardSender:
+    """Implements `adapters.cards.CardSender` for Discord (see the module docstring)."""
 
-    def __post_init__(self) -> None:
-        self.key = ("card", self.request.approval_id)
+    platform = "discord"
+
+    def desired(self, card: Card, who: str | None) -> str:
+        req = card.request
+        return card_text(req.tool_name, req.action, req.expires_at, decision=card.decision, who=who)
+
+    async def send(self, card: Card, desired: str) -> str:
+        transport: DiscordTransport = card.transport
+        req = card.request
+        view = approval_view(req.approval_id) if card.decision is None else None
+        if needs_file(req.action):
+            return await transport.send_file(req.action.encode(), DOCUMENT_NAME, desired, view=view)
+        return await transport.send(desired, [], view=view)
+
+    async def edit(self, card: Card, desired: str) -> None:
+        assert card.message_id is not None
+        await card.transport.edit(card.message_id, desired, [], remove_view=card.decision is not None)
+
+    async def find(self, card: Card, desired: str) -> str | None:
+        view = approval_view(card.request.approval_id) if card.decision is None else None
+        found: str | None = await card.transport.find_sent(desired, [], view=view)
+        return found
+
+    def ref(self, card: Card) -> str:
+        assert card.message_id is not None
+        return card_ref(card.transport.channel.id, card.message_id)
 
 
-class DiscordCards:
-    """Every live approval card of one adapter (see the module docstring)."""
+class DiscordCards(Cards):
+    """Every live approval card of one Discord adapter."""
 
     def __init__(self, outbox: Outbox, on_card: Callable[[str, str], Awaitable[None]] | None = None) -> None:
-        self._outbox = outbox
-        self._on_card = on_card
-        self._cards: dict[str, Card] = {}
-        self._progress = asyncio.Event()
-        self.names: dict[str, str] = {}
-
-    def is_live(self, approval_id: str) -> bool:
-        return approval_id in self._cards
-
-    def who(self, identity: str | None) -> str | None:
-        return None if identity is None else self.names.get(identity, identity)
-
-    def show(self, transport: DiscordTransport, event: ApprovalRequested) -> None:
-        card = Card(event, transport)
-        self._cards[event.approval_id] = card
-        self._submit(card)
-
-    def resolve(self, event: ApprovalResolved, *, only_pending: bool = False) -> None:
-        card = self._cards.get(event.approval_id)
-        if card is None or (only_pending and card.decision is not None):
-            return
-        card.decision, card.resolved_by = event.decision, event.resolved_by
-        if card.state == "live":
-            self._submit(card)
-
-    async def settle(self, approval_ids: Iterable[str]) -> None:
-        """Wait until these cards show their final state (or failed), then forget them."""
-        ids = list(approval_ids)
-        while any(self._pending(i) for i in ids):
-            self._progress.clear()
-            await self._progress.wait()
-        for approval_id in ids:
-            card = self._cards.get(approval_id)
-            if card is not None and card.state != "live":
-                del self._cards[approval_id]
-
-    def _pending(self, approval_id: str) -> bool:
-        card = self._cards.get(approval_id)
-        if card is None or card.state != "live":
-            return False
-        if self._outbox.closed:
-            card.state = "failed"
-            return False
-        return True
-
-    def _desired(self, card: Card) -> str:
-        req = card.request
-        return card_text(req.tool_name, req.action, req.expires_at, decision=card.decision, who=self.who(card.resolved_by))
-
-    def _submit(self, card: Card) -> None:
-        if self._outbox.closed:
-            card.state = "failed"
-            self._progress.set()
-            return
-
-        def dropped() -> None:
-            card.state = "failed" if card.state == "live" else card.state
-            self._progress.set()
-
-        t = card.transport
-        self._outbox.submit(
-            t.chat_key, card.key, lambda: self._sync(card),
-            priority=Priority.SEND if card.message_id is None else Priority.EDIT,
-            interval=t.min_edit_interval_s, on_drop=dropped,
-        )
-
-    async def _sync(self, card: Card) -> bool:
-        if card.state != "live":
-            return False
-        desired = self._desired(card)
-        pending = card.decision is None
-        made_request = True
-        try:
-            if card.message_id is None:
-                card.message_id = await self._send(card, desired, pending)
-                await self._note(card)
-            elif desired != card.shown:
-                await card.transport.edit(card.message_id, desired, [], remove_view=not pending)
-            else:
-                made_request = False
-            card.shown = desired
-        except RateLimited:
-            raise  # the outbox pauses, then syncs again with the newest state
-        except MessageGone:
-            card.state = "done"  # deleted by a user; a press on another copy still works
-        except DeliveryError as exc:
-            card.failures += 1
-            log.warning("discord.card_failed approval=%s attempt=%d: %s", card.request.approval_id, card.failures, exc)
-            if card.failures >= MAX_ATTEMPTS:
-                card.state = "failed"
-        if card.state == "live":
-            if card.shown == self._desired(card):
-                if card.decision is not None:
-                    card.state = "done"
-            else:
-                self._submit(card)
-        self._progress.set()
-        return made_request
-
-    async def _send(self, card: Card, text: str, pending: bool) -> str:
-        req = card.request
-        view = approval_view(req.approval_id) if pending else None
-        if needs_file(req.action):
-            return await card.transport.send_file(req.action.encode(), DOCUMENT_NAME, text, view=view)
-        return await card.transport.send(text, [], view=view)
-
-    async def _note(self, card: Card) -> None:
-        if self._on_card is None or card.message_id is None:
-            return
-        try:
-            await self._on_card(card.request.approval_id, card_ref(card.transport.channel.id, card.message_id))
-        except Exception:  # the card works without the note; only restart clean-up needs it
-            log.warning("discord.card_note_failed approval=%s", card.request.approval_id, exc_info=True)
+        super().__init__(outbox, DiscordCardSender(), on_card)
 
 
 class ApprovalPresses:

@@ -21,6 +21,7 @@ import aiohttp
 import discord
 
 from adapters.errors import DeliveryError, DeliveryUnknown, MessageGone, MessageTooLong, RateLimited
+from adapters.outbox import Pace
 from adapters.render.entities import Entity
 from adapters.render.utf16 import Unit
 
@@ -75,6 +76,8 @@ class DiscordTransport:
         self.channel = channel
         self.chat_key: Hashable = ("discord", channel.id)
         self.min_edit_interval_s = interval_s
+        self.pace: Pace | None = None
+        """Discord paces by `min_edit_interval_s` alone (discord.py handles its buckets)."""
         self._reply_to = reply_to
         self._lost: dict[str, str] = {}
         """Text of a send whose answer was lost → the nonce it went with."""
@@ -112,13 +115,16 @@ class DiscordTransport:
         while len(self._lost) > _LOST_NONCES:
             self._lost.pop(next(iter(self._lost)))
 
-    async def find_sent(self, text: str, entities: list[Entity]) -> str | None:
-        """Send again with the lost send's nonce: Discord returns the message if it exists."""
+    async def find_sent(
+        self, text: str, entities: list[Entity], *, view: discord.ui.View | None = None
+    ) -> str | None:
+        """Send again with the lost send's nonce: Discord returns the message if it exists
+        (and posts it, with `view`, if it never was)."""
         nonce = self._lost.get(text)
         if nonce is None:
             raise DeliveryUnknown("no nonce for this text: cannot tell whether it was posted")
         try:
-            message = await self._post(text, nonce, None, None)
+            message = await self._post(text, nonce, None, view)
         except _FAILURES as exc:
             raise translate(exc, sending=True) from exc
         self._lost.pop(text, None)

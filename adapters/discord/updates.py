@@ -4,7 +4,8 @@ Contract of `to_inbound`: an `Inbound` for a user's text message in a DM, a guil
 channel or a thread; None for the bot's own and other bots' messages, system messages and
 messages without text (e.g. guild messages whose content Discord withholds because the
 Message Content intent is off). A thread is its parent channel's sub-session of its own:
-`chat_id` is the parent, `thread_id` the thread. `mentioned` is True for a mention of the
+`chat_id` is the parent, `thread_id` the thread, `space_id` the guild (None in a DM).
+`mentioned` is True for a mention of the
 bot's user or a reply to one of the bot's messages; the bot's own mention in the text
 reads `@<bot name>` (the model never sees raw ids of the bot).
 """
@@ -57,6 +58,7 @@ def to_inbound(message: discord.Message, me: BotIdentity) -> Inbound | None:
         mentioned=private or addressed_to_bot(message, me),
         message_id=str(message.id),
         update_id=str(message.id),
+        space_id=None if message.guild is None else str(message.guild.id),
     )
 
 
@@ -84,4 +86,5 @@ def command_inbound(interaction: discord.Interaction, text: str) -> Inbound:
         mentioned=True,  # a slash command is addressed to this bot by construction
         message_id=f"i{interaction.id}",
         update_id=str(interaction.id),
+        space_id=None if interaction.guild_id is None else str(interaction.guild_id),
     )

@@ -34,13 +34,13 @@ from telegram.request import BaseRequest, HTTPXRequest
 from adapters.base import Button, Delivery, InboundHandler
 from adapters.errors import DeliveryError, MessageGone
 from adapters.outbox import Clock, Outbox, Priority, Sleep
+from adapters.pacing import through_outbox
 from adapters.render.split import split_entities
 from adapters.render.utf16 import index_for_units, utf16_len
 from adapters.telegram.approval_cards import ApprovalCards, parse_card_ref, record_payload
 from adapters.telegram.callback_data import CallbackCodec
 from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
-from adapters.telegram.pacing import through_outbox
 from adapters.telegram.reply import ReplyContext, TelegramReply, transport_for
 from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, call
 from adapters.telegram.updates import BotIdentity, describe, to_inbound

@@ -1,7 +1,7 @@
 """Button actions ↔ Telegram `callback_data` (at most 64 bytes).
 
-Approval buttons carry `ap:<approval_id>:<o|a|d>`: an opaque id, never the action itself.
-Any other action (e.g. "pair:<code>") travels as is when it fits; a longer one travels as
+Approval buttons carry `ap:<approval_id>:<o|a|d>` (`adapters.button_actions`): an opaque
+id, never the action itself. Any other action (e.g. "pair:<code>") travels as is when it fits; a longer one travels as
 `k:<digest>` with the action remembered in memory, so after a restart such a button gets
 the "no longer active" answer instead of doing something unexpected.
 """
@@ -10,22 +10,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
 
+from adapters.button_actions import approval_action
 from agent_core.approvals import Decision
 
 MAX_BYTES = 64
-APPROVAL_PREFIX = "ap:"
 _KEYED_PREFIX = "k:"
 _MAX_REMEMBERED = 4096
-_DECISION_CODES: dict[str, Decision] = {"o": Decision.ONCE, "a": Decision.ALWAYS, "d": Decision.DENY}
-_CODE_OF = {decision: code for code, decision in _DECISION_CODES.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalPress:
-    approval_id: str
-    decision: Decision
 
 
 class CallbackCodec:
@@ -53,15 +44,5 @@ class CallbackCodec:
         return data
 
     def approval(self, approval_id: str, decision: Decision) -> str:
-        return self.encode(f"{APPROVAL_PREFIX}{approval_id}:{_CODE_OF[decision]}")
+        return self.encode(approval_action(approval_id, decision))
 
-
-def parse_approval(action: str) -> ApprovalPress | None:
-    """`ap:<id>:<o|a|d>` → ApprovalPress; None if `action` is not a well-formed approval press."""
-    if not action.startswith(APPROVAL_PREFIX):
-        return None
-    approval_id, _, code = action[len(APPROVAL_PREFIX) :].rpartition(":")
-    decision = _DECISION_CODES.get(code)
-    if not approval_id or decision is None:
-        return None
-    return ApprovalPress(approval_id, decision)

@@ -26,9 +26,11 @@ from telegram.error import TelegramError
 from adapters.errors import DeliveryError
 from adapters.outbox import Priority
 from adapters.render.entities import Payload
-from adapters.telegram.approval_cards import outcome_text, record_payload
-from adapters.telegram.callback_data import ApprovalPress, CallbackCodec, parse_approval
-from adapters.telegram.pacing import through_outbox
+from adapters.button_actions import ASK_PREFIX, JOB_PREFIX, PAIR_PREFIX, RESUME_PREFIX, ApprovalPress, parse_approval
+from adapters.cards import outcome_text
+from adapters.pacing import through_outbox
+from adapters.telegram.approval_cards import record_payload
+from adapters.telegram.callback_data import CallbackCodec
 from adapters.telegram.reply import ReplyContext
 from adapters.telegram.transport import call
 from agent_core.approvals import ResolveOutcome
@@ -36,10 +38,6 @@ from agent_core.ports import ApprovalRecord
 
 log = logging.getLogger(__name__)
 
-PAIR_PREFIX = "pair:"
-JOB_PREFIX = "job:"
-RESUME_PREFIX = "resume:"
-ASK_PREFIX = "ask:"  # ask_user options: only the addressee's press answers
 NOT_YOURS = "This approval isn't yours."
 STALE = "This button is no longer active."
 FAILED = "Something went wrong; please try again."

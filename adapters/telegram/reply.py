@@ -1,34 +1,20 @@
-"""The `ReplySink` of one run in one Telegram chat: the streamed answer (`StreamRenderer`:
-typing, paced edits, splitting, entities), approval cards, and persisted delivery state.
-
-Contract, beyond `adapters.base.ReplySink`:
-- every message the renderer delivers is recorded through `InboundHandler.record_delivery`
-  with the run id from `RunStarted` ("streaming", then "final" once the message shows its
-  final text). Records are written by one writer task per reply (a newer state of a message
-  replaces one not yet written), so the database never holds up the shared outbox, and a
-  record is only made after the chat shows it (it may lag the chat by one write, never lead);
-- a message that never reached its final text stays "streaming", so a restart marks it;
-- `aclose` leaves every card of this run decided: an approval whose resolution never
-  reached the sink (the run was cancelled mid-wait) is shown as cancelled.
+"""The `ReplySink` of one run in one Telegram chat: the shared `adapters.run_reply.RunReply`
+(streamed answer, approval cards, delivery records) over Telegram transports — a group's
+first message quotes the user's, cards never do.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass, field
 
 from telegram import Bot
 
-from adapters.base import Delivery, InboundHandler
+from adapters.base import InboundHandler
 from adapters.outbox import Clock, Outbox, Sleep
-from adapters.stream import StreamRenderer
+from adapters.run_reply import RunReply
 from adapters.telegram.approval_cards import ApprovalCards
 from adapters.telegram.transport import BURST, GROUP_PER_MINUTE, SentLedger, TelegramTransport
-from agent_core.events import ApprovalRequested, ApprovalResolved, Event, RunStarted
 from agent_core.inbound import ReplyTarget
-
-log = logging.getLogger(__name__)
 
 PLATFORM = "telegram"
 
@@ -94,97 +80,18 @@ def transport_for(ctx: ReplyContext, target: ReplyTarget, *, quote: bool) -> Tel
     return ctx.transport(target.chat_id, thread, reply_to, floor_id=answered)
 
 
-class DeliveryLog:
-    """Writes one reply's `Delivery` records in order from a single task; newer states of a
-    message replace older ones not yet written."""
-
-    def __init__(self, handler: InboundHandler) -> None:
-        self._handler = handler
-        self._pending: dict[int, Delivery] = {}
-        self._writer: asyncio.Task[None] | None = None
-
-    def add(self, delivery: Delivery) -> None:
-        self._pending.pop(delivery.part_index, None)
-        self._pending[delivery.part_index] = delivery
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._drain(), name="tg-delivery-log")
-
-    async def _drain(self) -> None:
-        while self._pending:
-            index = next(iter(self._pending))
-            delivery = self._pending.pop(index)
-            try:
-                await self._handler.record_delivery(delivery)
-            except Exception:  # task boundary: the chat already shows it; log and go on
-                log.exception("telegram.delivery_record_failed run=%s part=%d", delivery.run_id, index)
-
-    async def aclose(self) -> None:
-        """Wait until everything added is written."""
-        writer = self._writer
-        if writer is None:
-            return
-        try:
-            await writer
-        except asyncio.CancelledError:
-            writer.cancel()
-            raise
-
-
-class TelegramReply:
+class TelegramReply(RunReply):
     """Renders one run into one chat; see the module docstring."""
 
     def __init__(self, ctx: ReplyContext, target: ReplyTarget) -> None:
-        self._ctx = ctx
-        self._target = target
-        self._cards_transport = transport_for(ctx, target, quote=False)
-        self._renderer = StreamRenderer(
+        super().__init__(
             transport_for(ctx, target, quote=True),
-            ctx.outbox,
-            on_delivery=self._delivered,
+            ctx.cards,
+            transport_for(ctx, target, quote=False),
+            outbox=ctx.outbox,
+            handler=ctx.handler,
             clock=ctx.clock,
             sleep=ctx.sleep,
-        )
-        self._log = DeliveryLog(ctx.handler)
-        self._run_id: str | None = None
-        self._approvals: list[str] = []
-
-    async def handle(self, event: Event) -> None:
-        match event:
-            case RunStarted(run_id=run_id):
-                self._run_id = run_id
-            case ApprovalRequested(approval_id=approval_id):
-                self._approvals.append(approval_id)
-                self._ctx.cards.show(self._cards_transport, event)
-            case ApprovalResolved():
-                self._ctx.cards.resolve(event)
-            case _:
-                pass
-        await self._renderer.handle(event)
-
-    async def aclose(self, *, cancelled: bool = False) -> None:
-        try:
-            for approval_id in self._approvals:
-                # A run that ended is not waiting for anyone: a card still asking is stale.
-                self._ctx.cards.resolve(ApprovalResolved(approval_id, "cancelled", None), only_pending=True)
-            await self._renderer.aclose(cancelled=cancelled)
-            await self._ctx.cards.settle(self._approvals)
-        finally:
-            await self._log.aclose()
-
-    def _delivered(self, part_index: int, message_id: str, text: str, final: bool) -> None:
-        if self._run_id is None:
-            log.warning("telegram.delivery_without_run part=%d", part_index)
-            return
-        t = self._target
-        self._log.add(
-            Delivery(
-                self._run_id,
-                part_index,
-                PLATFORM,
-                t.chat_id,
-                t.thread_id,
-                message_id,
-                text,
-                "final" if final else "streaming",
-            )
+            platform=PLATFORM,
+            target=target,
         )
