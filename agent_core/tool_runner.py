@@ -4,6 +4,7 @@ a timeout, every failure turned into an error result the model can read, every c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -21,6 +22,7 @@ from agent_core.risk import Risk, Scope, Verdict
 from agent_core.text import is_clean
 from agent_core.prompt import UNTRUSTED_RESULT_TOOLS, frame_untrusted
 from agent_core.scrub import redact_json, redact_secrets, relative_paths
+from agent_core.text import clean_text
 from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S, Tool, ToolContext, ToolError, ToolRegistry, cap_output
 
 log = logging.getLogger(__name__)
@@ -138,12 +140,16 @@ class ToolRunner:
             outcome = await self._execute(tool, call, ctx, emit, trail)
         except asyncio.CancelledError:
             duration = time.monotonic() - started
-            await asyncio.shield(self._store.finish_tool_call(call.id, "cancelled", True, duration))
+            await asyncio.shield(
+                self._store.finish_tool_call(call.id, "cancelled", True, duration, run_id=ctx.run_id)
+            )
             trail.status = "cancelled"
             await asyncio.shield(self._record(call, ctx, trail, 0, duration))
             raise
         duration = time.monotonic() - started
-        await self._store.finish_tool_call(call.id, outcome.content, outcome.is_error, duration)
+        # Cleaned at the source, so the chat's status line sees the same safe text as the transcript.
+        outcome = dataclasses.replace(outcome, content=clean_text(outcome.content))
+        await self._store.finish_tool_call(call.id, outcome.content, outcome.is_error, duration, run_id=ctx.run_id)
         await self._record(call, ctx, trail, len(outcome.content), duration)
         await emit(ToolFinished(call.id, call.name, outcome.is_error, outcome.content, duration))
         return outcome
