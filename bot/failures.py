@@ -21,6 +21,15 @@ def describe_failure(exc: BaseException, settings: Settings | None) -> str | Non
     if any(n.startswith("telegram.error.") for n in names):
         base = settings.telegram.base_url if settings is not None else "the Telegram Bot API"
         return f"cannot reach the Telegram Bot API ({_host(base)}): {_reason(chain)}"
+    if "discord.errors.LoginFailure" in names:
+        return ("Discord rejected the bot token — check DISCORD_BOT_TOKEN "
+                "(Developer Portal → your application → Bot → Reset Token).")
+    if "discord.errors.PrivilegedIntentsRequired" in names:
+        return ("Discord refused a privileged intent the bot asked for — enable it in the Developer "
+                "Portal → your application → Bot → Privileged Gateway Intents (Message Content).")
+    if "adapters.discord.adapter.DiscordStartError" in names or any(n.startswith("discord.") for n in names):
+        base = settings.discord.api_base if settings is not None else "Discord"
+        return f"cannot connect to Discord ({_host(base)}): {_reason(chain)}"
     if any(_from_database(e) for e in chain):
         url = safe_url(settings.db_url) if settings is not None else "the database"
         return (f"cannot use the database {url}: {_reason(chain)}. Check ROOST_DATABASE_URL "

@@ -2,7 +2,8 @@
 
 Decides, in this order: owner / paired user / stranger (pairing) for private chats; allowed
 group (its chat id, or its Discord guild) and mention gating for groups. Unmentioned group
-messages are kept as read-only context for the next mention. Everything refused is logged with its reason, never silently dropped.
+messages are kept as read-only context for the next mention. Everything refused is logged
+with its reason, never silently dropped.
 """
 
 from __future__ import annotations
