@@ -172,3 +172,26 @@ async def test_old_buttons_still_answer_after_a_restart_with_state_from_the_data
         shown = await dc.await_for(lambda: (m := dc.message(card_id)).components == [] and m)
         assert "❌ Denied" in shown.content and "rm -rf build" in shown.content
         assert not fake_api.requests
+
+
+async def test_a_long_action_arrives_whole_as_action_txt_and_its_buttons_work(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """An action too long for a readable card is attached in full, never truncated; the
+    card says so and keeps its buttons."""
+    payload = "".join(f"line-{i:04d}-" for i in range(200))  # 2,000 characters: over the card's 1,500
+    command = f"echo {payload} > marker.txt"
+    fake_api.script(reply_tools(ToolUse("exec", {"command": command})), reply_text("Long one done."))
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        dm = dc.dm_channel(OWNER)
+        dc.say(dm, OWNER, "run the long one")
+        (card,) = await cards(h)
+        assert [a["filename"] for a in card.attachments] == ["action.txt"]
+        assert card.attachments[0]["data"] == command  # the whole action, byte for byte
+        assert "action.txt" in card.content and payload not in card.content
+        assert len(card.content) < 2000 and set(card.custom_ids) == LABELS
+        await press(h, card, "✅ Approve once")
+        await h.bot_text(dm, lambda t: t == "Long one done.")
+        assert (h.workspace / "marker.txt").read_text() == payload + "\n"
+        decided = await h.dc.await_for(lambda: (m := dc.message(card.id)).components == [] and m)
+        assert "Approved once" in decided.content
