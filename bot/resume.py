@@ -33,9 +33,13 @@ STALE = "This button is no longer active."
 REQUEST_CHARS = 200
 
 
-def offer_text(request: str) -> str:
+def offer_text(request: str, workers: list[str] | None = None) -> str:
     short = request if len(request) <= REQUEST_CHARS else request[: REQUEST_CHARS - 1] + "…"
-    return f"I was restarted while working on: {short} — say continue to resume"
+    text = f"I was restarted while working on: {short} — say continue to resume"
+    if workers:
+        # Workers die with the process; say so rather than let their results vanish silently.
+        text += f" (interrupted workers: {', '.join(workers)})"
+    return text
 
 
 async def offer(c: Conversations, now: datetime | None = None) -> int:
@@ -56,9 +60,10 @@ async def offer(c: Conversations, now: datetime | None = None) -> int:
         if not await c.storage.claim_notice(NOTICE_KIND, run.id):
             continue
         request = " / ".join(r.message.text for r in rows)
+        workers = [f"“{w.name}”" for w in await c.storage.worker_runs(run.id) if w.status == "interrupted"]
         target = ReplyTarget(message.platform, message.chat_id, message.thread_id)
         try:
-            await adapter.send_text(target, offer_text(request), buttons=[Button("▶ Continue", PREFIX + run.id)])
+            await adapter.send_text(target, offer_text(request, workers), buttons=[Button("▶ Continue", PREFIX + run.id)])
             sent += 1
             log.info("resume.offered", extra={"run": run.id, "session": run.session_key})
         except Exception:

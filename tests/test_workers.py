@@ -10,7 +10,7 @@ from typing import Any
 
 from agent_core.workers import WorkerRecord
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Error, Stall, ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import Error, Stall, ToolUse, reply_text, reply_tools, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import GROUP, MEMBER, OWNER, Harness, running, tg  # noqa: F401  (fixture)
 from tests.test_conversations import CANARY_LOG, CANARY_MEMORY, CANARY_USER, CANARY_YESTERDAY, plant_canaries
@@ -40,7 +40,7 @@ def shown(h: Harness, chat: int, needle: str) -> bool:
 
 
 def results_in(body: dict[str, Any]) -> str:
-    return " ".join(str(b.get("content")) for b in body["messages"][-1]["content"] if b.get("type") == "tool_result")
+    return " ".join(str(b.get("content")) for b in user_blocks(body) if b.get("type") == "tool_result")
 
 
 async def parent_result(h: Harness, fake_api: FakeAnthropic, n: int) -> str:
@@ -243,3 +243,30 @@ async def test_worker_limits_come_from_the_limits_table(
         started = await parent_result(h, fake_api, 2)
         assert started.count("started; collect its result with action wait") == 2
         assert "Not started: a run may spawn at most 2 workers." in started
+
+
+async def test_workers_cut_off_by_a_crash_are_named_in_the_resume_offer(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    from bot.storage.inbox import InboxMessage
+
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        # What kill -9 leaves behind mid-worker: the parent run "running" with its message
+        # taken, and its worker still "running" (nothing of this process owns either).
+        storage = h.app.storage
+        inbox_id = await storage.receive_inbound(InboxMessage(
+            platform="telegram", chat_kind="private", chat_id=str(OWNER), sender_id=str(OWNER),
+            sender_name="Olivia", text="crawl the site", received_at=datetime.now(UTC), update_id="crash-1",
+        ))
+        assert inbox_id is not None
+        await storage.queue_inbound(inbox_id, "main")
+        await storage.take_inbound([inbox_id], "run-crashed")
+        await storage.begin_run("run-crashed", "main", "claude-sonnet-4-5", [{"type": "text", "text": "crawl the site"}])
+        await storage.add_worker(
+            WorkerRecord("w9", "run-crashed", "main", "crawler", "crawl", started_at=datetime.now(UTC))
+        )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        offer = await h.bot_text(OWNER, lambda t: t.startswith("I was restarted while working on: crawl the site"))
+        assert "interrupted workers: “crawler”" in (offer.text or "")
+        (worker,) = await h.app.storage.worker_runs("run-crashed")
+        assert worker.status == "interrupted"
