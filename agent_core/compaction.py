@@ -22,11 +22,13 @@ import asyncio
 import json
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from agent_core.events import Usage
 from agent_core.llm import LLMClient, LLMRequest, MessageComplete, TextChunk
 from agent_core.transcript import repair, size_of
 
@@ -62,6 +64,8 @@ SUMMARY_SYSTEM = (
     "sections, each a '## ' heading followed by short bullet points ('- none' when empty):\n"
     + "\n".join(f"## {s}" for s in SECTIONS)
 )
+
+_RATIOS_KEPT = 1024
 
 WINDOW_SHARE = 0.9
 """Compaction is due when the history fills this share of the loop's window budget."""
@@ -221,6 +225,21 @@ class Compactor:
         self._store = store
         self.config = config
         self._forced: set[str] = set()
+        # Per session: real prompt tokens / our chars-4 estimate, from the first model call of
+        # the last run (its usage counts the whole prompt); the estimate is scaled by it.
+        self._ratio: OrderedDict[str, float] = OrderedDict()
+        self._pending: dict[str, int] = {}
+
+    def observe(self, session_key: str, usage: Usage) -> None:
+        """The first model call of a run answered: calibrate this session's estimate with the
+        real prompt size (input + cache reads + cache writes)."""
+        estimate = self._pending.pop(session_key, 0)
+        real = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        if estimate > 0 and real > 0:
+            self._ratio[session_key] = min(4.0, max(0.25, real / estimate))
+            self._ratio.move_to_end(session_key)
+            while len(self._ratio) > _RATIOS_KEPT:
+                self._ratio.popitem(last=False)
 
     def force(self, session_key: str) -> None:
         """/compact: the session's next run compacts whatever the size."""
@@ -236,7 +255,9 @@ class Compactor:
         if latest is not None and latest.covered > len(call.stored):
             latest = None  # stale (cannot happen within one epoch; be safe)
         history = self._view(latest, call.stored)
-        tokens = estimate_tokens(call.system, call.tools, history, call.incoming)
+        raw_tokens = estimate_tokens(call.system, call.tools, history, call.incoming)
+        tokens = int(raw_tokens * self._ratio.get(call.session_key, 1.0))
+        self._pending[call.session_key] = raw_tokens
         forced = call.session_key in self._forced
         near_window = (
             self.config.before_window and call.history_budget_chars is not None
@@ -269,7 +290,9 @@ class Compactor:
             return history
         compacted = [summary_message(summary), *call.stored[cut:]]
         new_history = repair(compacted)
-        after = estimate_tokens(call.system, call.tools, new_history, call.incoming)
+        raw_after = estimate_tokens(call.system, call.tools, new_history, call.incoming)
+        self._pending[call.session_key] = raw_after
+        after = int(raw_after * self._ratio.get(call.session_key, 1.0))
         await self._store.save_compaction(CompactionRecord(call.session_key, cut, summary, tokens, after, True, "", forced))
         log.info("compaction.done", extra={"session": call.session_key, "before": tokens, "after": after})
         return new_history
@@ -277,10 +300,12 @@ class Compactor:
     def _due(self, tokens: int, attempt: CompactionRecord | None, near_window: bool = False) -> bool:
         if tokens < self.config.threshold_tokens and not near_window:
             return False
-        if attempt is not None and not attempt.ok:
-            # One attempt per crossing: wait until the context has grown past the failed one.
+        stuck = attempt is not None and (not attempt.ok or attempt.tokens_after >= self.config.threshold_tokens)
+        if attempt is not None and stuck:
+            # One attempt per crossing: after a failure (or a compaction that could not get
+            # under the threshold) wait until the context has grown by `retry_growth` more.
             regrow = int(self.config.context_window_tokens * self.config.retry_growth)
-            return tokens >= attempt.tokens_before + regrow
+            return tokens >= max(attempt.tokens_before, attempt.tokens_after) + regrow
         return True
 
     @staticmethod
@@ -337,9 +362,17 @@ class Compactor:
         return done
 
 
-def describe(latest: CompactionRecord | None, attempt: CompactionRecord | None) -> list[str]:
-    """/status lines about compaction."""
+def describe(
+    latest: CompactionRecord | None, attempt: CompactionRecord | None, stored: list[dict[str, Any]] | None = None
+) -> list[str]:
+    """/status lines about compaction; with the stored transcript, also what is sent now."""
     lines = []
+    if latest is not None and stored is not None and latest.covered <= len(stored):
+        view = repair([summary_message(latest.summary), *stored[latest.covered :]])
+        lines.append(
+            f"Context sent now: summary + {len(stored) - latest.covered} newer messages, "
+            f"≈ {estimate_tokens(view):,} tokens of conversation"
+        )
     if latest is not None:
         saved = 100 * (latest.tokens_before - latest.tokens_after) / max(1, latest.tokens_before)
         when = f" at {latest.created_at:%Y-%m-%d %H:%M} UTC" if latest.created_at else ""

@@ -250,6 +250,8 @@ class AgentLoop:
             turn_system = [*system, {"type": "text", "text": pinned}] if pinned else system
             done = await self._model_turn(model, turn_system, tool_defs, messages, state, emit)
             state.usage = state.usage + done.usage
+            if turn == 1 and self.compactor is not None:
+                self.compactor.observe(request.session_key, done.usage)  # calibrates its estimate
             state.model = done.model
             await emit(TurnEnded(turn))
             # What is sent must have unique tool_use ids (the API's rule) whatever the model

@@ -170,7 +170,9 @@ class CommandHandlers:
             f"{usage.cache_read_input_tokens:,} read from cache, {usage.cache_creation_input_tokens:,} written to cache",
             f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown for this model",
             f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
-            *describe_compaction(*await storage.compaction_state(route.session_key)),
+            *describe_compaction(
+                *await storage.compaction_state(route.session_key), await storage.load_transcript(route.session_key)
+            ),
             "Busy: yes" if self._c.lanes.is_busy(route.session_key) else "Busy: no",
             f"'Always allow' rules: {await storage.count_grants(route.session_key)}",
         ]

@@ -19,7 +19,7 @@ from agent_core.compaction import (
 from agent_core.plans import GoalLock
 from bot.storage import Storage
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Error, ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import Error, Stall, ToolUse, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, running, tg  # noqa: F401  (fixture)
 
@@ -173,7 +173,7 @@ async def test_compact_command_through_the_chat_and_status_shows_before_and_afte
         latest, _ = await storage.compaction_state("main")
         assert latest is not None and latest.forced
         assert f"≈ {latest.tokens_before:,} → {latest.tokens_after:,} tokens" in status.text
-        assert "% fewer" in status.text
+        assert "% fewer" in status.text and "Context sent now: summary + " in status.text
 
 
 def _turn(i: int, with_tool: bool) -> list[dict[str, Any]]:
@@ -223,3 +223,68 @@ async def test_compaction_runs_before_windowing_would_leave_turns_out_silently(
         await h.says(OWNER, "Fits now.")
         answer = fake_api.requests[2].json
         assert first_user_text(answer).startswith(SUMMARY_HEADER) and "Turn 23:" in sent_text(answer)
+
+
+async def test_stalled_summary_call_times_out_and_the_run_still_answers(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """Near the limit the summary call hangs: the attempt ends at its timeout, inside the run,
+    and the session answers instead of deadlocking."""
+    fake_api.script(reply_text("nothing to save"), Stall(None), reply_text("Still here."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        await seed(h.app.storage)
+        h.app.agent.compactor.config = CompactionConfig(context_window_tokens=1000, keep_recent_tokens=2000, timeout_s=1.0)
+        tg.send_private(OWNER, "go on")
+        await h.bot_text(OWNER, lambda t: "Still here." in t, timeout=30)
+        notice = await h.bot_text(OWNER, lambda t: "I couldn't compact the conversation: it took too long" in t)
+        assert notice is not None
+        _, attempt = await h.app.storage.compaction_state("main")
+        assert attempt is not None and not attempt.ok and attempt.error == "it took too long"
+
+
+class _MemoryStore:
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    async def compaction_state(self, session_key: str) -> tuple[Any, Any]:
+        ok = [r for r in self.records if r.ok]
+        return (ok[-1] if ok else None, self.records[-1] if self.records else None)
+
+    async def save_compaction(self, record: Any) -> None:
+        self.records.append(record)
+
+
+class _NoModel:
+    """An LLMClient that must not be called (the case under test never compacts)."""
+
+    def stream(self, request: Any) -> Any:
+        raise AssertionError("the model was called")
+
+
+async def test_estimate_follows_the_real_prompt_size_and_a_compaction_that_stays_over_never_loops() -> None:
+    from agent_core.compaction import CompactionCall, CompactionRecord, Compactor
+    from agent_core.events import Usage
+
+    async def no_tools(uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return []
+
+    stored = [m for i in range(6) for m in _turn(i, with_tool=True)]
+    store = _MemoryStore()
+    compactor = Compactor(_NoModel(), store, CompactionConfig(context_window_tokens=4000, compact_at=0.5, keep_recent_tokens=100))  # type: ignore[arg-type]
+
+    def call() -> CompactionCall:
+        return CompactionCall("s", "m", [], [], stored, [{"type": "text", "text": "hi"}], no_tools)
+
+    first = call()
+    await compactor.prepare(first)  # ≈ 1,550 estimated tokens: under the 2,000 threshold
+    assert store.records == [] and first.notices == []
+    compactor.observe("s", Usage(input_tokens=3000))  # the service counted more than twice that
+    due = call()
+    await compactor.prepare(due)  # now due: the (failing) model is asked; the failure is recorded
+    assert len(store.records) == 1 and "the model was called" in store.records[0].error
+    assert len(due.notices) == 1
+    # A compaction that could not get under the threshold: the next run does not try again.
+    store.records.append(CompactionRecord("s", 4, "x", 2600, 2500, True))
+    again = call()
+    await compactor.prepare(again)
+    assert len(store.records) == 2 and again.notices == []
