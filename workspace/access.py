@@ -95,7 +95,7 @@ def is_main(scope: str) -> bool:
 
 def check_session(session_key: str, scope: str) -> None:
     """Reject a sub scope paired with the main session key (it would expose main's logs)."""
-    if not is_main(scope) and session_key == MAIN_KEY:
+    if not is_main(scope) and (session_key == MAIN_KEY or session_key.startswith(f"{MAIN_KEY}:")):
         raise ValueError("the main session cannot run in the sub scope")
     log_dir_for(session_key)  # validates the key
 

@@ -6,6 +6,9 @@ Layout (relative to the workspace root), one directory per session so that scope
     main                                memory/                 (the whole workspace)
     group:<platform>:<chat>[:<thread>]  memory/groups/<slug>/   groups/<slug>/
     dm:<platform>:<user>                memory/dms/<slug>/      dms/<slug>/
+    main:job-<id>                       memory/jobs/<slug>/     (the whole workspace)
+    group:<platform>:<chat>:job-<id>    memory/groups/<slug>/   groups/<slug>/  (own, not the chat's)
+    dm:<platform>:<user>:job-<id>       memory/dms/<slug>/      dms/<slug>/     (own, not the chat's)
 
 A sub session's own folder and its logs share one slug, so they are easy to find together;
 the folder sits outside `memory/` so that it is never part of memory search.
@@ -37,11 +40,18 @@ def log_dir_for(session_key: str) -> Path:
         return Path(MEMORY_DIR)
     kind, _, rest = session_key.partition(":")
     parts = rest.split(":") if rest else []
+    if kind == MAIN_KEY and len(parts) == 1 and _is_job(parts[0]):  # main's isolated job
+        return Path(MEMORY_DIR, "jobs", slug(rest))
     if kind == "group" and len(parts) in (2, 3) and all(parts):
         return Path(MEMORY_DIR, "groups", slug(rest))
-    if kind == "dm" and len(parts) == 2 and all(parts):
+    if kind == "dm" and (len(parts) == 2 or (len(parts) == 3 and _is_job(parts[2]))) and all(parts):
         return Path(MEMORY_DIR, "dms", slug(rest))
     raise ValueError(f"not a session key: {session_key!r}")
+
+
+def _is_job(part: str) -> bool:
+    """`job-<id>`: an isolated scheduled job's own session (bot.session_keys.isolated_key)."""
+    return part.startswith("job-") and len(part) > 4
 
 
 def session_dir_for(session_key: str) -> Path | None:
@@ -49,7 +59,7 @@ def session_dir_for(session_key: str) -> Path | None:
     `dms/<slug>`, the same slug as its logs); None for main, which owns the whole workspace.
     Raises ValueError like `log_dir_for`."""
     logs = log_dir_for(session_key)
-    if session_key == MAIN_KEY:
+    if session_key == MAIN_KEY or logs.parts[:2] == (MEMORY_DIR, "jobs"):  # main's jobs: main's workspace
         return None
     return Path(*logs.parts[1:])
 

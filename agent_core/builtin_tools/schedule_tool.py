@@ -29,6 +29,11 @@ class ScheduleInput(BaseModel):
     cron: str | None = Field(
         None, description="create, recurring: 5-field cron 'minute hour day month weekday', e.g. '0 9 * * 1-5'"
     )
+    isolated: bool = Field(
+        False,
+        description="create: run each time in a fresh session of its own, without this chat's history "
+        "(the answer is still posted here); for self-contained tasks like reports",
+    )
     job_id: str | None = Field(None, max_length=16, description="pause/resume/cancel: the job's id from list")
 
     @model_validator(mode="after")
@@ -39,7 +44,9 @@ class ScheduleInput(BaseModel):
                 raise ValueError("create needs exactly one of at, delay_minutes, every_minutes, cron")
             if not (self.prompt or "").strip():
                 raise ValueError("create needs a prompt: what to do when the job runs")
-        elif self.action in ("pause", "resume", "cancel") and not self.job_id:
+        elif self.isolated:
+            raise ValueError("isolated applies only to create")
+        if self.action in ("pause", "resume", "cancel") and not self.job_id:
             raise ValueError(f"{self.action} needs the job_id (see action=list)")
         return self
 
@@ -75,7 +82,8 @@ def make_schedule_tool(book: JobBook) -> Tool[ScheduleInput]:
         "schedule",
         "Schedule work in this chat: a one-off reminder (at a local time or after a delay), or a "
         "recurring job (every N minutes, or a 5-field cron in the owner's time zone). When due, "
-        "the prompt runs as a turn in this chat and the answer is posted here. Also list, pause, "
+        "the prompt runs as a turn in this chat (or, isolated, in a fresh session of its own) and "
+        "the answer is posted here. Also list, pause, "
         "resume and cancel this chat's jobs.",
         ScheduleInput,
         Risk.WRITE,

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from agent_core.builtin_tools.schedule_tool import Action, InvalidJob, ScheduleInput
 from agent_core.tools import ToolContext
 from bot.scheduling import schedules
+from bot.session_keys import origin_of
 from bot.scheduling.scheduler import Scheduler, new_job_id, schedule_of
 from bot.storage.jobs import JobRow, NewJob
 
@@ -36,7 +37,12 @@ class JobBook:
         chat = await self.storage.inbox_of_run(ctx.run_id) if ctx.run_id else None
         if chat is None:
             raise InvalidJob("this run has no chat to deliver to")
-        if len(await self.storage.list_jobs(ctx.session_key)) >= MAX_JOBS_PER_SESSION:
+        session_key = origin_of(ctx.session_key)  # made inside an isolated run: its chat's job
+        if request.isolated and session_key.startswith("group:") and chat.message.thread_id is not None:
+            # A topic's own policy entry would not reach a session keyed below it: refuse
+            # rather than run under the chat's (possibly wider) rules.
+            raise InvalidJob("isolated jobs cannot be created in a topic thread; omit isolated")
+        if len(await self.storage.list_jobs(session_key)) >= MAX_JOBS_PER_SESSION:
             raise InvalidJob(f"this chat already has {MAX_JOBS_PER_SESSION} jobs; cancel some first")
         first = schedule.next_after(now, anchor=now)
         if first is None:
@@ -48,7 +54,7 @@ class JobBook:
                 id=new_job_id(),
                 name=(request.name or prompt[:60]).strip(),
                 prompt=prompt,
-                session_key=ctx.session_key,
+                session_key=session_key,
                 platform=message.platform,
                 chat_kind=message.chat_kind,
                 chat_id=message.chat_id,
@@ -60,10 +66,15 @@ class JobBook:
                 grace_s=int(schedule.grace(now).total_seconds()),
                 next_run_at=first,
                 created_at=now,
+                isolated=request.isolated,
             )
         )
         self.scheduler.wake()
-        return f"Scheduled job {job.id} “{job.name}”: {schedule.describe()}; first run {self._at(first, job)}."
+        alone = " (isolated: a fresh session each run)" if job.isolated else ""
+        return (
+            f"Scheduled job {job.id} “{job.name}”{alone}: {schedule.describe()}; "
+            f"first run {self._at(first, job)}."
+        )
 
     async def list(self, ctx: ToolContext) -> str:
         jobs = await self._jobs(ctx)
@@ -79,7 +90,8 @@ class JobBook:
         return await self.scheduler.operate(op, job_id)  # type: ignore[arg-type]
 
     async def _jobs(self, ctx: ToolContext) -> list[JobRow]:
-        return await self.storage.list_jobs(None if ctx.session_key == "main" else ctx.session_key)
+        origin = origin_of(ctx.session_key)
+        return await self.storage.list_jobs(None if origin == "main" else origin)
 
     def _at(self, at: datetime, job: JobRow) -> str:
         return local_time(at, job.timezone)
@@ -99,7 +111,8 @@ def misfire_policy(job: JobRow) -> str:
 def describe(job: JobRow, now: datetime) -> str:
     """One job in a few lines: schedule, next and last run, statuses, misfire policy."""
     schedule = schedule_of(job)
-    lines = [f"{job.id} · “{job.name}” · {schedule.describe()} · {job.state}"]
+    alone = " · isolated" if job.isolated else ""
+    lines = [f"{job.id} · “{job.name}” · {schedule.describe()}{alone} · {job.state}"]
     if job.state == "active" and job.next_run_at is not None:
         lines.append(f"next: {local_time(job.next_run_at, job.timezone)}")
     if job.state == "missed" and job.missed_at is not None:

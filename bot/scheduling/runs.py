@@ -22,6 +22,7 @@ from agent_core.events import ApprovalRequested, Event, RunFailed, RunFinished, 
 from agent_core.inbound import ReplyTarget
 from bot import heartbeat
 from bot.scheduling.refs import JobRef
+from bot.session_keys import isolated_key
 from bot.storage import Storage
 
 if TYPE_CHECKING:
@@ -109,6 +110,10 @@ class JobRuns:
             name = job.name if job else ref.job_id
             self._names[ref.job_id] = name
             header = f"⏰ {name}\n\n"
+            if job is not None and job.isolated:
+                # Called before the run reads its transcript: each run of an isolated job
+                # starts from nothing (its lane never runs two of them at once).
+                await self.storage.new_epoch(isolated_key(job.session_key, job.id))
 
         async def started(run_id: str) -> None:
             if not ref.heartbeat:

@@ -29,6 +29,7 @@ from bot import heartbeat
 from bot.heartbeat import ActiveHours, HeartbeatSettings
 from bot.scheduling.refs import HEARTBEAT, JobRef
 from bot.scheduling.schedules import Schedule, zone
+from bot.session_keys import isolated_key
 from bot.storage import Storage
 from bot.storage.inbox import InboxMessage
 from bot.storage.jobs import JobRow
@@ -165,12 +166,12 @@ class Scheduler:
         text = f"[Scheduled job “{job.name}”, due {self._local(due, job)}] {job.prompt}"
         message = self._message(job.platform, job.chat_kind, job.chat_id, job.thread_id, job.creator,
                                 f"⏰ {job.name}", text, ref)
-        inbox_id = await self.storage.fire_job(job.id, due, message, job.session_key,
-                                               advance_to=advance_to, advance=advance)
+        key = isolated_key(job.session_key, job.id) if job.isolated else job.session_key
+        inbox_id = await self.storage.fire_job(job.id, due, message, key, advance_to=advance_to, advance=advance)
         if inbox_id is None:
             log.info("job.already_fired", extra={"job": job.id, "due": due.isoformat()})
             return False
-        return await self._submit(message, job.session_key, inbox_id, ref)
+        return await self._submit(message, key, inbox_id, ref)
 
     async def _submit(self, message: InboxMessage, session_key: str, inbox_id: int, ref: JobRef) -> bool:
         assert self._conversations is not None

@@ -40,6 +40,8 @@ class NewJob:
     next_run_at: datetime | None
     created_at: datetime
     """The scheduler's clock at creation: an interval job's anchor."""
+    isolated: bool = False
+    """Runs in a session of its own (bot.session_keys.isolated_key): no chat history."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +67,14 @@ class JobRow:
     last_delivery: str | None
     missed_at: datetime | None
     created_at: datetime
+    isolated: bool = False
 
 
 def _job(m: JobModel) -> JobRow:
     return JobRow(
         m.id, m.name, m.prompt, m.session_key, m.platform, m.chat_kind, m.chat_id, m.thread_id, m.creator,
         m.kind, m.spec, m.timezone, m.grace_s, m.state, m.next_run_at, m.last_run_at,  # type: ignore[arg-type]
-        m.last_run_id, m.last_exec, m.last_delivery, m.missed_at, m.created_at,
+        m.last_run_id, m.last_exec, m.last_delivery, m.missed_at, m.created_at, bool(m.isolated),
     )
 
 
@@ -84,6 +87,7 @@ class JobRepository(RepositoryBase):
                 platform=job.platform, chat_kind=job.chat_kind, chat_id=job.chat_id, thread_id=job.thread_id,
                 creator=job.creator, kind=job.kind, spec=job.spec, timezone=job.timezone, grace_s=job.grace_s,
                 state="active", next_run_at=job.next_run_at, created_at=job.created_at, updated_at=now,
+                isolated=job.isolated,
             )
             s.add(row)
             await s.flush()

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -315,6 +316,8 @@ class JobModel(Base):
     missed_at: Mapped[datetime | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    isolated: Mapped[bool] = mapped_column(Boolean, server_default=false(), default=False)
+    """Runs in a session of its own (bot.session_keys.isolated_key), not the chat's (0011)."""
 
 
 class RunMetricsModel(Base):
