@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from adapters.base import Delivery, InboundHandler
 from adapters.cards import Cards
@@ -68,28 +68,36 @@ class DeliveryLog:
             raise
 
 
+class ReplyDeps(Protocol):
+    """What every reply of one adapter shares (a platform's `ReplyContext`)."""
+
+    @property
+    def outbox(self) -> Outbox: ...
+    @property
+    def cards(self) -> Cards: ...
+    @property
+    def handler(self) -> InboundHandler: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def sleep(self) -> Sleep: ...
+
+
 class RunReply:
-    """Renders one run into one chat; see the module docstring."""
+    """Renders one run into one chat; see the module docstring. `transport` carries the
+    answer, `cards_transport` the approval cards (which never quote the user)."""
 
     def __init__(
-        self,
-        transport: ChatTransport,
-        cards: Cards,
-        cards_transport: Any,
-        *,
-        outbox: Outbox,
-        handler: InboundHandler,
-        clock: Clock,
-        sleep: Sleep,
-        platform: str,
-        target: ReplyTarget,
+        self, deps: ReplyDeps, transport: ChatTransport, cards_transport: Any, *, platform: str, target: ReplyTarget
     ) -> None:
-        self._cards = cards
+        self._cards = deps.cards
         self._cards_transport = cards_transport
         self._platform = platform
         self._target = target
-        self._renderer = StreamRenderer(transport, outbox, on_delivery=self._delivered, clock=clock, sleep=sleep)
-        self._log = DeliveryLog(handler, platform)
+        self._renderer = StreamRenderer(
+            transport, deps.outbox, on_delivery=self._delivered, clock=deps.clock, sleep=deps.sleep
+        )
+        self._log = DeliveryLog(deps.handler, platform)
         self._run_id: str | None = None
         self._approvals: list[str] = []
 
@@ -122,4 +130,5 @@ class RunReply:
             return
         t = self._target
         state = "final" if final else "streaming"
-        self._log.add(Delivery(self._run_id, part_index, self._platform, t.chat_id, t.thread_id, message_id, text, state))
+        delivery = Delivery(self._run_id, part_index, self._platform, t.chat_id, t.thread_id, message_id, text, state)
+        self._log.add(delivery)

@@ -30,7 +30,9 @@ def test_rejected_discord_token_is_one_line_that_never_shows_it(tmp_path: Path, 
         "(Developer Portal → your application → Bot → Reset Token).")
 
 
-async def test_roost_pairing_approve_discord_pairs_the_stranger(tmp_path: Path, dc: FakeDiscord, fake_api: FakeAnthropic) -> None:
+async def test_roost_pairing_approve_discord_pairs_the_stranger(
+    tmp_path: Path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
     fake_api.script(reply_text("Welcome, Sam."))
     async with running(tmp_path, dc, fake_api, paced=False) as h:
         dm = dc.dm_channel(STRANGER)

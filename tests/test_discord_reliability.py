@@ -1,10 +1,13 @@
 """Discord faults over the wire: a dropped gateway is resumed without losing or repeating
-an answer; a 429 in the middle of a streamed answer never duplicates a message."""
+an answer; a 429 in the middle of a streamed answer never duplicates a message; neither
+does a lost answer to a send, a card's included."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, Text, reply_text
+from tests.fakes.anthropic_script import Reply, Text, ToolUse, reply_text, reply_tools
 from tests.fakes.discord_api import FakeDiscord
 from tests.discord_harness import OWNER, dc, rendered, running  # noqa: F401  (fixture)
 from tests.test_discord_streaming import final_texts, prose
@@ -85,3 +88,26 @@ async def test_a_reply_cut_off_by_a_crash_is_marked_in_place_at_the_next_start(
         assert marked.content == visible + "\n\n… (interrupted: Roost restarted)"
         assert not [c for c in dc.calls if c.method == "POST" and c.path == f"/channels/{dm}/messages"]
         assert not await h.app.storage.unfinished_deliveries()
+
+
+@pytest.mark.parametrize("action_chars", [40, 2000], ids=["inline", "action.txt"])
+async def test_lost_card_send_never_shows_two_cards(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic, action_chars: int
+) -> None:
+    """The card is posted but its answer is lost: it is looked up by its nonce (with its
+    file, when the action goes as action.txt), never posted twice, and its buttons work."""
+    payload = "x" * (action_chars - len("echo  > marker.txt"))
+    command = f"echo {payload} > marker.txt"
+    fake_api.script(reply_tools(ToolUse("exec", {"command": command})), reply_text("Ran it."))
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        dm = dc.dm_channel(OWNER)
+        dc.lose_next_answer("POST", f"/channels/{dm}/messages")
+        dc.say(dm, OWNER, "run it")
+        card = await h.bot_text(dm, lambda t: t.startswith("🔐"))
+        dc.press(card.id, OWNER, label="✅ Approve once")
+        await h.bot_text(dm, lambda t: t == "Ran it.")
+        assert [m.id for m in dc.bot_messages(dm) if m.content.startswith("🔐")] == [card.id]
+        posts = [c for c in dc.calls if c.method == "POST" and c.path == f"/channels/{dm}/messages"]
+        assert len(posts) >= 3  # the lost card, its lookup, the answer
+        assert len(dc.message(card.id).attachments) == (1 if action_chars > 1500 else 0)
+        assert (h.workspace / "marker.txt").read_text() == payload + "\n"

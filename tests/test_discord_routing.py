@@ -130,7 +130,8 @@ async def test_every_channel_of_an_allowed_guild_answers_a_mention_and_another_g
     """ROOST_DISCORD__ALLOWED_GUILDS allows a guild's channels although no channel is listed."""
     dc.add_guild(FOREIGN_GUILD, [FOREIGN_CHANNEL])
     fake_api.script(reply_text("Guild-wide hello."))
-    async with running(tmp_path, dc, fake_api, paced=False, discord={"allowed_channels": [], "allowed_guilds": [GUILD]}) as h:
+    guild_wide = {"allowed_channels": [], "allowed_guilds": [GUILD]}
+    async with running(tmp_path, dc, fake_api, paced=False, discord=guild_wide) as h:
         dc.say(FOREIGN_CHANNEL, OWNER, "<@900000000000000001> anyone?", mention_bot=True)
         dc.say(OTHER_CHANNEL, OWNER, "<@900000000000000001> hello?", mention_bot=True)
         await h.bot_text(OTHER_CHANNEL, lambda t: t == "Guild-wide hello.")
@@ -138,9 +139,12 @@ async def test_every_channel_of_an_allowed_guild_answers_a_mention_and_another_g
         assert len(fake_api.requests) == 1
 
 
-async def test_a_wildcard_allowed_guilds_answers_in_any_guild(tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic) -> None:
+async def test_a_wildcard_allowed_guilds_answers_in_any_guild(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
     dc.add_guild(FOREIGN_GUILD, [FOREIGN_CHANNEL])
     fake_api.script(reply_text("Anywhere."))
-    async with running(tmp_path, dc, fake_api, paced=False, discord={"allowed_channels": [], "allowed_guilds": ["*"]}) as h:
+    any_guild = {"allowed_channels": [], "allowed_guilds": ["*"]}
+    async with running(tmp_path, dc, fake_api, paced=False, discord=any_guild) as h:
         dc.say(FOREIGN_CHANNEL, OWNER, "<@900000000000000001> here too?", mention_bot=True)
         await h.bot_text(FOREIGN_CHANNEL, lambda t: t == "Anywhere.")

@@ -47,14 +47,5 @@ class DiscordReply(RunReply):
     """Renders one run into one channel; see the module docstring."""
 
     def __init__(self, ctx: ReplyContext, target: ReplyTarget, *, quote: bool) -> None:
-        super().__init__(
-            ctx.transport_for(target, quote=quote),
-            ctx.cards,
-            ctx.transport_for(target, quote=False),
-            outbox=ctx.outbox,
-            handler=ctx.handler,
-            clock=ctx.clock,
-            sleep=ctx.sleep,
-            platform=PLATFORM,
-            target=target,
-        )
+        answer, cards = ctx.transport_for(target, quote=quote), ctx.transport_for(target, quote=False)
+        super().__init__(ctx, answer, cards, platform=PLATFORM, target=target)

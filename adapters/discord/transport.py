@@ -33,6 +33,8 @@ NO_MENTIONS = discord.AllowedMentions.none()
 UNKNOWN_MESSAGE = 10008
 INVALID_FORM_BODY = 50035
 _LOST_NONCES = 64
+Attachment = tuple[bytes, str]
+"""A file sent with a message: (data, filename)."""
 
 
 def translate(exc: BaseException, *, sending: bool) -> DeliveryError:
@@ -79,8 +81,8 @@ class DiscordTransport:
         self.pace: Pace | None = None
         """Discord paces by `min_edit_interval_s` alone (discord.py handles its buckets)."""
         self._reply_to = reply_to
-        self._lost: dict[str, str] = {}
-        """Text of a send whose answer was lost → the nonce it went with."""
+        self._lost: dict[str, tuple[str, Attachment | None]] = {}
+        """Text of a send whose answer was lost → the nonce (and file) it went with."""
 
     def _reference(self) -> discord.MessageReference | None:
         if self._reply_to is None:
@@ -96,22 +98,30 @@ class DiscordTransport:
         except _FAILURES as exc:
             error = translate(exc, sending=True)
             if isinstance(error, DeliveryUnknown):
-                self._remember_lost(text, nonce)
+                self._remember_lost(text, nonce, None)
             elif reference is not None:
                 self._reply_to = reference.message_id  # not posted: the retry still answers
             raise error from exc
         return str(message.id)
 
     async def _post(
-        self, text: str, nonce: str, reference: discord.MessageReference | None, view: discord.ui.View | None
+        self,
+        text: str,
+        nonce: str,
+        reference: discord.MessageReference | None,
+        view: discord.ui.View | None,
+        attachment: Attachment | None = None,
     ) -> discord.Message:
         kwargs: dict[str, object] = {"allowed_mentions": NO_MENTIONS, "nonce": nonce, "reference": reference}
         if view is not None:
             kwargs["view"] = view
+        if attachment is not None:
+            data, filename = attachment
+            kwargs["file"] = discord.File(io.BytesIO(data), filename=filename)
         return await self.channel.send(text, **kwargs)  # type: ignore[arg-type]
 
-    def _remember_lost(self, text: str, nonce: str) -> None:
-        self._lost[text] = nonce
+    def _remember_lost(self, text: str, nonce: str, attachment: Attachment | None) -> None:
+        self._lost[text] = (nonce, attachment)
         while len(self._lost) > _LOST_NONCES:
             self._lost.pop(next(iter(self._lost)))
 
@@ -120,11 +130,12 @@ class DiscordTransport:
     ) -> str | None:
         """Send again with the lost send's nonce: Discord returns the message if it exists
         (and posts it, with `view`, if it never was)."""
-        nonce = self._lost.get(text)
-        if nonce is None:
+        lost = self._lost.get(text)
+        if lost is None:
             raise DeliveryUnknown("no nonce for this text: cannot tell whether it was posted")
+        nonce, attachment = lost
         try:
-            message = await self._post(text, nonce, None, view)
+            message = await self._post(text, nonce, None, view, attachment)
         except _FAILURES as exc:
             raise translate(exc, sending=True) from exc
         self._lost.pop(text, None)
@@ -151,15 +162,16 @@ class DiscordTransport:
             raise translate(exc, sending=False) from exc
 
     async def send_file(self, data: bytes, filename: str, text: str, *, view: discord.ui.View | None = None) -> str:
-        kwargs: dict[str, object] = {"allowed_mentions": NO_MENTIONS}
-        if view is not None:
-            kwargs["view"] = view
+        """A message with one attached file; like `send`, with a nonce (a lost answer is
+        looked for with `find_sent`, which posts the file again under the same nonce)."""
+        nonce = secrets.token_hex(8)
         try:
-            message = await self.channel.send(
-                text, file=discord.File(io.BytesIO(data), filename=filename), **kwargs  # type: ignore[arg-type]
-            )
+            message = await self._post(text, nonce, None, view, (data, filename))
         except _FAILURES as exc:
-            raise translate(exc, sending=True) from exc
+            error = translate(exc, sending=True)
+            if isinstance(error, DeliveryUnknown):
+                self._remember_lost(text, nonce, (data, filename))
+            raise error from exc
         return str(message.id)
 
     async def typing(self) -> None:

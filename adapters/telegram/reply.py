@@ -84,14 +84,5 @@ class TelegramReply(RunReply):
     """Renders one run into one chat; see the module docstring."""
 
     def __init__(self, ctx: ReplyContext, target: ReplyTarget) -> None:
-        super().__init__(
-            transport_for(ctx, target, quote=True),
-            ctx.cards,
-            transport_for(ctx, target, quote=False),
-            outbox=ctx.outbox,
-            handler=ctx.handler,
-            clock=ctx.clock,
-            sleep=ctx.sleep,
-            platform=PLATFORM,
-            target=target,
-        )
+        quoted, plain = transport_for(ctx, target, quote=True), transport_for(ctx, target, quote=False)
+        super().__init__(ctx, quoted, plain, platform=PLATFORM, target=target)
