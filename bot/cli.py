@@ -119,6 +119,15 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     if not adapters:
         print(NO_PLATFORM, file=sys.stderr)
         return EXIT_CONFIG
+    from bot.startup_migration import MigrationFailed, migrate_in_child, needs_upgrade
+
+    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    if await needs_upgrade(settings.db_url):  # Alembic stays out of the serving process (~10 MB)
+        try:
+            await migrate_in_child(args.log_level)
+        except MigrationFailed as exc:
+            print(f"roost: the database could not be migrated: {exc}", file=sys.stderr)
+            return 1
     from bot.app import build
 
     async with build(settings, adapters) as app:
