@@ -62,13 +62,20 @@ async def test_isolated_main_job_has_main_memory_but_no_chat_history_and_answers
         assert job.isolated and job.session_key == "main"
         assert "isolated" in text_of(tool_results(fake_api, 2)[0])
 
-        for n in (1, 2):
-            fake_api.script(reply_text(f"Report {n}."))
-            clock.advance(minutes=60)
-            await tick(h.app.scheduler)  # type: ignore[arg-type]
-            await h.says(OWNER, f"⏰ report\n\nReport {n}.")
-            await h.app.conversations.lanes.drain()
-        first, second = fake_api.requests[-2], fake_api.requests[-1]
+        fake_api.script(reply_tools(ToolUse("memory_search", {"query": MEMORY_CANARY})), reply_text("Report 1."))
+        clock.advance(minutes=60)
+        await tick(h.app.scheduler)  # type: ignore[arg-type]
+        await h.says(OWNER, "⏰ report\n\nReport 1.")
+        await h.app.conversations.lanes.drain()
+        (found,) = tool_results(fake_api, len(fake_api.requests) - 1)
+        assert not found.get("is_error") and MEMORY_CANARY in text_of(found)  # main's memory search
+        first = fake_api.requests[-2]
+        fake_api.script(reply_text("Report 2."))
+        clock.advance(minutes=60)
+        await tick(h.app.scheduler)  # type: ignore[arg-type]
+        await h.says(OWNER, "⏰ report\n\nReport 2.")
+        await h.app.conversations.lanes.drain()
+        second = fake_api.requests[-1]
         for request in (first, second):
             assert MEMORY_CANARY in body(request)  # main's memory
             assert CHAT_CANARY not in body(request)  # not the chat's transcript
@@ -135,3 +142,23 @@ async def test_isolated_is_only_for_create(tmp_path, tg: FakeTelegram, fake_api:
         await h.says(OWNER, "Oops.")
         (result,) = tool_results(fake_api, 1)
         assert result.get("is_error") and "isolated applies only to create" in text_of(result)
+
+
+async def test_isolated_job_in_a_topic_is_refused_not_run_under_the_chats_wider_rules(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """A topic's own policy entry names `group:<chat>:<topic>`; a session below it would fall
+    back to the chat's entry, which may allow more — so isolated jobs are refused there."""
+    forum = -1009876543
+    policy = {"groups": {f"telegram:{forum}": {"write": "allow"}}}
+    async with running_at(tmp_path, tg, fake_api, FakeClock(T0), policy=policy) as h:
+        fake_api.script(
+            reply_tools(ToolUse("schedule", {"action": "create", "prompt": "x", "delay_minutes": 5,
+                                             "isolated": True})),
+            reply_text("Can't here."),
+        )
+        tg.send_group(forum, OWNER, "@roost_bot schedule it", mention=True, thread_id=7, first_name="Olivia")
+        await h.bot_text(forum, lambda t: t == "Can't here.")
+        (result,) = tool_results(fake_api, 1)
+        assert result.get("is_error") and "cannot be created in a topic thread" in text_of(result)
+        assert await h.app.storage.list_jobs(include_ended=True) == []
