@@ -6,12 +6,12 @@ import asyncio
 
 from agent_core.approvals import Decision, ResolveOutcome
 from agent_core.events import ApprovalRequested, ApprovalResolved, RunFinished
-from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools, user_blocks
 from tests.harness import OWNER, CoreHarness, make_harness
 
 
 def last_results(core: CoreHarness) -> list[dict]:
-    return [b for b in core.fake.requests[-1].json["messages"][-1]["content"] if b.get("type") == "tool_result"]
+    return [b for b in user_blocks(core.fake.requests[-1].json) if b.get("type") == "tool_result"]
 
 
 async def run_deciding(core: CoreHarness, text: str, decide) -> list:

@@ -12,7 +12,7 @@ import pexpect
 import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Text, ToolUse, Reply, reply_text, reply_tools
+from tests.fakes.anthropic_script import Text, ToolUse, Reply, reply_text, reply_tools, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 
 ROOST = [sys.executable, "-m", "bot.cli"]
@@ -105,7 +105,7 @@ def test_terminal_chat_streams_and_asks_before_risky_actions(tmp_path: Path) -> 
             child.expect_exact("Understood, not running it.")
             child.expect_exact("you> ")
             assert not (home / "workspace" / "denied.txt").exists()
-            denial = fake.requests[-1].json["messages"][-1]["content"][0]
+            denial = user_blocks(fake.requests[-1].json)[0]
             assert denial["is_error"] and "denied" in denial["content"]
 
             child.sendeof()
@@ -145,7 +145,7 @@ def test_invalid_utf8_on_stdin_does_not_break_the_session(tmp_path: Path) -> Non
         )
         assert result.returncode == 0, result.stderr.decode()
         assert [r.status for r in fake.requests] == [200, 200]
-        assert "caf\ufffd" in fake.requests[0].json["messages"][-1]["content"][-1]["text"]
+        assert "caf\ufffd" in user_blocks(fake.requests[0].json)[-1]["text"]
 
 
 BAD_TOKEN = "222222:REJECTED-token_abcdefghijklmnopqrstuv"

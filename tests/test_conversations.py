@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from agent_core.policy import GrantRule
 from bot.conversations import KEPT_NOTICE
 from tests.app_harness import OWNER_ID, running_app
-from tests.fakes.anthropic_script import Reply, Text, ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import Reply, Text, ToolUse, reply_text, reply_tools, user_blocks
 from tests.fakes.recording_adapter import group, private
 from workspace.daily_log import log_path
 
@@ -76,7 +76,7 @@ async def test_collect_mode_hands_queued_messages_to_the_next_run_in_order(tmp_p
         adapter.on_event = None
         release.set()
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 2, timeout=30)
-        second = fake_api.requests[-1].json["messages"][-1]["content"]
+        second = user_blocks(fake_api.requests[-1].json)
         texts = [b["text"] for b in second if b["type"] == "text"]
         assert texts == [f"message {i}" for i in range(1, 20)]
         busy_notices = [n for _, n in adapter.notices if "Got it" in n]
@@ -203,7 +203,7 @@ async def test_each_run_leaves_an_entry_in_the_sessions_own_log(tmp_path, fake_a
 
 
 def last_text(body: dict) -> str:
-    blocks = body["messages"][-1]["content"]
+    blocks = user_blocks(body)
     return [b["text"] for b in blocks if b.get("type") == "text"][-1]
 
 
@@ -234,7 +234,7 @@ async def test_shutdown_keeps_queued_messages_for_the_next_start(tmp_path, fake_
         await app.conversations.replay_inbox()
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
         await app.conversations.lanes.drain()
-        last = fake_api.requests[-1].json["messages"][-1]["content"]
+        last = user_blocks(fake_api.requests[-1].json)
         assert [b["text"] for b in last if b["type"] == "text"] == ["and this too", "after close"]
         assert len(fake_api.requests) == 2  # the stopped run is not asked again
         assert await app.storage.inbox_rows({"received", "queued", "running"}) == []

@@ -9,7 +9,7 @@ import dataclasses
 import json
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import ToolUse, context_tail, reply_text, reply_tools, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, running, tg  # noqa: F401  (fixture)
 
@@ -19,7 +19,7 @@ STEPS = [{"title": "export posts", "done_when": "an export file exists"}]
 
 
 def pinned(request_json: dict) -> str:
-    return request_json["system"][-1]["text"]
+    return context_tail(request_json)
 
 
 async def test_goal_and_constraints_reach_the_request_verbatim_after_history_cut_and_restart(
@@ -70,9 +70,9 @@ async def test_goal_changes_only_with_a_reason_and_the_user_is_told(
         await h.says(OWNER, f"🎯 Goal changed: {new_goal}\nWhy: you said redirects are fine")
         await h.bot_text(OWNER, lambda t: t.startswith("Goal updated."))
         requests = fake_api.requests
-        refused = [b for b in requests[2].json["messages"][-1]["content"] if b.get("type") == "tool_result"]
+        refused = [b for b in user_blocks(requests[2].json) if b.get("type") == "tool_result"]
         assert refused[0].get("is_error") and "A goal is already locked" in str(refused[0]["content"])
-        assert "needs a reason" in str(requests[3].json["messages"][-1]["content"])
+        assert "needs a reason" in str(user_blocks(requests[3].json))
         assert GOAL in pinned(requests[3].json) and new_goal in pinned(requests[4].json)
         lock = await h.app.storage.goal_lock("main")
         assert lock is not None and lock.goal == new_goal and lock.reason == "you said redirects are fine"

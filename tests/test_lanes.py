@@ -8,12 +8,12 @@ import asyncio
 from bot.storage import Storage
 from bot.storage.inbox import InboxMessage
 from tests.app_harness import OWNER_ID, running_app
-from tests.fakes.anthropic_script import Reply, Text
+from tests.fakes.anthropic_script import Reply, Text, user_texts
 from tests.fakes.recording_adapter import private
 
 
 def texts_of(body: dict) -> list[str]:
-    return [b["text"] for b in body["messages"][-1]["content"] if b.get("type") == "text"]
+    return user_texts(body)
 
 
 async def test_full_queue_refuses_the_next_message_visibly_and_loses_nothing_queued(tmp_path, fake_api) -> None:

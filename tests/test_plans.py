@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import Reply, ToolUse, context_tail, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, Harness, running, tg  # noqa: F401  (fixture)
 
@@ -94,7 +94,7 @@ async def test_three_step_plan_shows_progress_corrects_a_claim_without_evidence_
 
         requests = fake_api.requests
         # Each request pins the goal and the current step after the cached prefix.
-        pinned = [r.json["system"][-1]["text"] for r in requests]
+        pinned = [context_tail(r.json) for r in requests]
         assert all(GOAL in p and "never restart db" in p for p in pinned[1:])
         assert "Current step 2/3: restart web" in pinned[3]
         prefixes = {json.dumps(r.json["system"][0], sort_keys=True) for r in requests}

@@ -20,7 +20,7 @@ import pytest
 
 from tests.app_harness import OWNER_ID, running_app
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, Text, ToolUse, echo_responder
+from tests.fakes.anthropic_script import Reply, Text, ToolUse, echo_responder, user_blocks
 from tests.fakes.recording_adapter import RecordingAdapter, group, private
 from workspace.bootstrap import ensure_workspace
 from workspace.daily_log import log_path
@@ -38,8 +38,7 @@ LOG_DIRS = ("memory/groups/telegram_-100777", "memory/groups/telegram_-100777_9"
 
 
 def _last_user(body: dict[str, Any]) -> list[dict[str, Any]]:
-    content = body["messages"][-1]["content"]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+    return user_blocks(body)
 
 
 def scripted(attack: Callable[[], list[ToolUse]]) -> Callable[[dict[str, Any]], Any]:

@@ -15,7 +15,7 @@ from bot.queue_modes import BUSY_NOTICE, queue_command
 from bot.router import Accept
 from agent_core.risk import Scope
 from tests.app_harness import OWNER_ID, running_app
-from tests.fakes.anthropic_script import Reply, Text, ToolUse, last_user_text
+from tests.fakes.anthropic_script import Reply, Text, ToolUse, last_user_text, user_blocks
 from tests.fakes.recording_adapter import private
 
 MAIN = "main"
@@ -99,7 +99,7 @@ async def test_steer_mode_ten_messages_join_the_running_run_at_its_next_tool_bou
         await assert_nothing_lost(app)
         # One run: the request after the tool carries its result, then the ten, in order.
         assert len(fake_api.requests) == 2
-        last = fake_api.requests[-1].json["messages"][-1]["content"]
+        last = user_blocks(fake_api.requests[-1].json)
         assert last[0]["type"] == "tool_result"
         assert [b["text"] for b in last[1:]] == ARRIVING
         replies = adapter.closed_replies()

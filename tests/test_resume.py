@@ -15,7 +15,7 @@ from typing import Any
 from adapters.render.markdown import render_markdown
 from bot.resume import offer_text
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, Stall, Text, ToolUse, last_user_text
+from tests.fakes.anthropic_script import Reply, Stall, Text, ToolUse, is_context_tail, last_user_text, user_texts
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_state import StoredMessage
 from tests.telegram_harness import OWNER, STRANGER, Harness, running, tg  # noqa: F401  (fixture)
@@ -76,7 +76,8 @@ async def test_kill_9_mid_run_offers_resume_once_and_continue_resumes_from_the_t
         await h.says(OWNER, "answer to continue", timeout=15)
         # Resumed from the stored transcript: the cut-off request is there, then "continue".
         resumed = fake_api.requests[-1].json["messages"]
-        texts = [b["text"] for m in resumed if m["role"] == "user" for b in m["content"] if b["type"] == "text"]
+        texts = [b["text"] for m in resumed if m["role"] == "user"
+                 for b in m["content"] if b["type"] == "text" and not is_context_tail(b)]  # fmt: skip
         assert texts == [REQUEST, "continue"]
         # The offer lost its button and says what happened.
         shown = await h.bot_text(OWNER, lambda t: t.startswith(OFFER) and t.endswith("▶ Resuming."))
@@ -141,7 +142,7 @@ async def test_kill_9_while_an_approval_waits_closes_the_card_and_continue_gives
         # every tool_use has its tool_result), then "continue".
         sent = fake_api.requests[-1].json["messages"]
         assert any(b.get("type") == "tool_use" for m in sent if m["role"] == "assistant" for b in m["content"])
-        assert sent[-1]["content"][-1]["text"] == "continue"
+        assert user_texts(fake_api.requests[-1].json)[-1] == "continue"
 
 
 async def approval_placed(db: Path, timeout: float = 10.0) -> None:

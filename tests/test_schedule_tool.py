@@ -11,7 +11,7 @@ import pytest
 
 from bot.scheduling import schedules
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.scheduler_support import FakeClock, make_job, running_at, tick
 from tests.telegram_harness import OWNER, tg  # noqa: F401  (fixture)
@@ -20,7 +20,7 @@ T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 
 
 def tool_results(fake_api: FakeAnthropic, request: int) -> list[dict[str, Any]]:
-    content = fake_api.requests[request].json["messages"][-1]["content"]
+    content = user_blocks(fake_api.requests[request].json)
     return [b for b in content if b["type"] == "tool_result"]
 
 

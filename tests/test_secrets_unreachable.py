@@ -22,7 +22,7 @@ from agent_core.approvals import Decision
 from agent_core.events import ApprovalRequested
 from tests.app_harness import OWNER_ID, running_app
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools, user_blocks
 from tests.fakes.recording_adapter import private
 from tests.fakes.telegram_api import FakeTelegram
 
@@ -62,7 +62,7 @@ def assert_nothing_leaked(output: str) -> None:
 
 
 def tool_result_text(fake: FakeAnthropic, request: int) -> str:
-    content = fake.requests[request].json["messages"][-1]["content"]
+    content = user_blocks(fake.requests[request].json)
     (result,) = [b for b in content if b["type"] == "tool_result"]
     body = result["content"]
     return body if isinstance(body, str) else json.dumps(body)

@@ -18,7 +18,7 @@ from typing import Any
 
 from bot.conversations import KEPT_NOTICE
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, Stall, Text, reply_text
+from tests.fakes.anthropic_script import Reply, Stall, Text, reply_text, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, running, tg  # noqa: F401  (fixture)
 from tests.test_telegram_restart import roost_run
@@ -30,7 +30,7 @@ SLOW_START = "Let me think about this carefully, it will take a while."
 def joined_answer(body: dict[str, Any]) -> Reply:
     """Answers with every text block of the last user message, in order: shows exactly
     which messages a run was given."""
-    blocks = body["messages"][-1]["content"]
+    blocks = user_blocks(body)
     texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
     return reply_text("answer to " + " | ".join(texts))
 
@@ -40,7 +40,7 @@ def answered_once_in_order(tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
     queued message once, in order, after the cut-off question (still in the transcript,
     unanswered, as context); the chat shows one answer."""
     assert len(fake_api.requests) == 2
-    blocks = fake_api.requests[1].json["messages"][-1]["content"]
+    blocks = user_blocks(fake_api.requests[1].json)
     texts = [b["text"] for b in blocks if b.get("type") == "text"]
     assert texts[-len(QUEUED):] == QUEUED
     assert all(texts.count(t) == 1 for t in QUEUED)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_state import StoredMessage
 from tests.telegram_harness import OWNER, STRANGER, Harness, running, tg  # noqa: F401  (fixture)
@@ -44,7 +44,7 @@ async def press(h: Harness, card: StoredMessage, label: str, user: int = OWNER, 
 
 
 def tool_results(fake_api: FakeAnthropic, request: int) -> list[dict[str, Any]]:
-    content = fake_api.requests[request].json["messages"][-1]["content"]
+    content = user_blocks(fake_api.requests[request].json)
     return [b for b in content if b["type"] == "tool_result"]
 
 

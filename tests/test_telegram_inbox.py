@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from bot.storage.models import SeenUpdateModel
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, Stall, Text, reply_text
+from tests.fakes.anthropic_script import Reply, Stall, Text, reply_text, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, PAIRING_CODE, Harness, running, tg  # noqa: F401  (fixture)
 
@@ -19,7 +19,7 @@ SLOW_START = "Let me think about this carefully, it will take a while."
 
 
 def joined_answer(body: dict[str, Any]) -> Reply:
-    blocks = body["messages"][-1]["content"]
+    blocks = user_blocks(body)
     texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
     return reply_text("answer to " + " | ".join(texts))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, running, tg  # noqa: F401  (fixture)
 
@@ -17,6 +17,6 @@ async def test_send_message_is_delivered_and_confirmed(tmp_path, tg: FakeTelegra
         tg.send_private(OWNER, "remind me")
         reminder = await h.bot_text(OWNER, lambda t: t == "Reminder: stand-up at 10")
         await h.bot_text(OWNER, lambda t: "I sent the reminder." in t)
-        result = fake_api.requests[1].json["messages"][-1]["content"][0]
+        result = user_blocks(fake_api.requests[1].json)[0]
         assert result["type"] == "tool_result" and not result.get("is_error")
         assert f"message {reminder.message_id}" in result["content"]

@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from agent_core.prompt import TAIL_HEADER
+
 _ALPHABET = string.ascii_letters + string.digits
 
 
@@ -227,8 +229,43 @@ def as_response(value: object) -> Response:
     )
 
 
+def is_context_tail(block: Mapping[str, Any]) -> bool:
+    """Roost's refreshed context (clock, today's log, pinned goal) that rides at the end of
+    the newest user message, after the conversation's cache breakpoint: not the user's."""
+    return block.get("type") == "text" and str(block.get("text", "")).startswith(TAIL_HEADER)
+
+
+def user_blocks(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The newest message's content blocks as the user (or the tools) wrote them: without
+    Roost's context tail."""
+    content = (body.get("messages") or [{}])[-1].get("content") or []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content if not is_context_tail(b)]
+
+
+def user_texts(body: Mapping[str, Any]) -> list[str]:
+    """The text blocks of the newest message, without Roost's context tail."""
+    return [str(b.get("text", "")) for b in user_blocks(body) if b.get("type") == "text"]
+
+
+def context_tail(body: Mapping[str, Any]) -> str:
+    """Roost's volatile context as sent (the pinned goal and step, the clock, today's log):
+    the tail of the newest message, or the system blocks after the cached one."""
+    content = (body.get("messages") or [{}])[-1].get("content") or []
+    tails = [str(b["text"]) for b in content if isinstance(b, dict) and is_context_tail(b)]
+    if tails:
+        return tails[-1]
+    system = body.get("system") or []
+    if isinstance(system, str):
+        return ""
+    cached = max((i for i, b in enumerate(system) if b.get("cache_control")), default=-1)
+    return "\n\n".join(str(b.get("text", "")) for b in system[cached + 1 :])
+
+
 def last_user_text(body: Mapping[str, Any]) -> str:
-    """The text of the last user text block; failing that, of the last tool_result in it."""
+    """The text of the last user text block (not Roost's context tail); failing that, of the
+    last tool_result in it."""
     for message in reversed(body.get("messages") or []):
         if message.get("role") != "user":
             continue
@@ -237,6 +274,8 @@ def last_user_text(body: Mapping[str, Any]) -> str:
             return content
         fallback = ""
         for block in reversed(content or []):
+            if is_context_tail(block):
+                continue
             if block.get("type") == "text":
                 return str(block.get("text", ""))
             if block.get("type") == "tool_result" and not fallback:
