@@ -48,7 +48,7 @@ from bot.scheduling.scheduler import Scheduler
 from bot.settings import Settings, config_path
 from bot.storage import Storage
 from workspace.bootstrap import ensure_workspace
-from workspace.context import build_context
+from workspace.context import LogCutoffs, build_context
 from workspace.memory_index import MemoryIndex
 from workspace.scoped_memory import ScopedMemory
 
@@ -239,8 +239,11 @@ async def build(
         stack.push_async_callback(workers.aclose)
         registry.register(make_spawn_tool(workers))
 
+        log_cutoffs = LogCutoffs()  # today's log as of the conversation's start (cache hits)
+
         def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202
-            return build_context(root, session_key, scope, now, live.policy.roots_for(scope, session_key))
+            roots = live.policy.roots_for(scope, session_key)
+            return build_context(root, session_key, scope, now, roots, log_cutoffs.cutoff(session_key, now))
 
         def tool_context(request: RunRequest) -> ToolContext:
             return ToolContext(
@@ -301,6 +304,7 @@ async def build(
         scheduler.attach(conversations)
         conversations.jobs = JobRuns(storage, scheduler)
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
+        conversations.log_cutoffs = log_cutoffs
         questions.resume = conversations.resume_question
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs

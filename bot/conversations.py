@@ -36,6 +36,7 @@ from bot.scheduling.refs import JobRef, job_ref
 from bot.session_keys import scope_of
 from bot.storage import Storage
 from bot.storage.inbox import InboxMessage, InboxRow
+from workspace.context import LogCutoffs
 from workspace.daily_log import append_run_entry
 
 if TYPE_CHECKING:
@@ -137,6 +138,8 @@ class Conversations:
         """Workers spawned by runs (set by bot.app); a run's workers end with it."""
         self.plans: PlanBook | None = None
         """Plans and goal locks (set by bot.app): /new ends them."""
+        self.log_cutoffs: LogCutoffs | None = None
+        """Where the prompt's copy of today's log stops (set by bot.app): /new resets it."""
         self.breakers: Breakers | None = None
         """The process's model circuit breakers, for /status (set by bot.app)."""
 

@@ -53,6 +53,8 @@ async def end_with_session(c: Conversations, session_key: str) -> None:
         await c.storage.close_question(question.id, "cancelled", None, None)
     if c.plans is not None:
         c.plans.forget(session_key)
+    if c.log_cutoffs is not None:  # the new conversation holds none of today's log
+        c.log_cutoffs.forget(session_key)
 
 
 async def press_question(c: Conversations, action: str, identity: str) -> ButtonAnswer:

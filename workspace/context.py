@@ -14,6 +14,7 @@ huge file costs at most `READ_LIMIT` bytes), since this runs on the event loop.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -48,7 +49,12 @@ class _Budget:
 
 
 def build_context(
-    root: Path, session_key: str, scope: str, now: datetime, extra_roots: tuple[str, ...] = ()
+    root: Path,
+    session_key: str,
+    scope: str,
+    now: datetime,
+    extra_roots: tuple[str, ...] = (),
+    log_before: datetime | None = None,
 ) -> PromptContext:
     """Assemble the prompt context a session may see; missing or empty files are skipped.
 
@@ -58,6 +64,10 @@ def build_context(
     (volatile); never USER.md, MEMORY.md, another session's log or a file off the allow-list.
     `scope` is an `agent_core.risk.Scope` (or its value); a sub scope with the main key
     raises ValueError.
+
+    `log_before`: today's log stops at its first entry stamped at or after this time (the
+    runs since then are in the conversation sent; `LogCutoffs`), so the log does not grow
+    with every run and is not re-sent uncached on every request.
     """
     access = Access(session_key, str(getattr(scope, "value", scope)), tuple(extra_roots))
     main = is_main(scope)
@@ -91,8 +101,46 @@ def build_context(
     text = _read(root, _rel(root, today_log), access, "tail", real_root)
     if text is not None:
         title = f"Today's log ({_rel(root, today_log)})"
-        volatile.append(_section(title, text, FILE_CAP, budget, keep="tail"))
+        if log_before is not None and log_before.date() == today:
+            text = _entries_before(text, log_before)
+        if text:
+            volatile.append(_section(title, text, FILE_CAP, budget, keep="tail"))
     return PromptContext(stable="\n\n".join(stable), volatile="\n\n".join(volatile))
+
+
+_ENTRY = re.compile(r"^### (\d\d:\d\d:\d\d)$", re.MULTILINE)
+
+
+def _entries_before(text: _Text, cutoff: datetime) -> _Text | str:
+    """The log up to its first entry (`### HH:MM:SS`, workspace.daily_log) stamped at or after
+    `cutoff`, with a constant note that the rest is in this conversation."""
+    stamp = f"{cutoff:%H:%M:%S}"
+    for match in _ENTRY.finditer(text.text):
+        if match.group(1) >= stamp:
+            kept = text.text[: match.start()].rstrip()
+            note = f"[entries from {cutoff:%H:%M} on are about this conversation; read the file for them]"
+            return _Text(f"{kept}\n{note}" if kept else note, text.size)
+    return text
+
+
+class LogCutoffs:
+    """Per session, when its conversation began to hold today's runs: the first context built
+    for it today (in this process) or since its /new. Today's log is shown as of then, so it
+    stays byte-identical while the session talks (measured in bench/bench_cache.py). After
+    /new (`forget`) the whole log is shown again: the new conversation holds none of it. A
+    restart starts over with the whole log (repeated, never lost)."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, datetime] = {}
+
+    def cutoff(self, session_key: str, now: datetime) -> datetime:
+        since = self._since.get(session_key)
+        if since is None or since.date() != now.date() or since > now:
+            since = self._since[session_key] = now
+        return since
+
+    def forget(self, session_key: str) -> None:
+        self._since.pop(session_key, None)
 
 
 @dataclass(frozen=True, slots=True)
