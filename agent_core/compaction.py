@@ -305,7 +305,7 @@ class Compactor:
             # One attempt per crossing: after a failure (or a compaction that could not get
             # under the threshold) wait until the context has grown by `retry_growth` more.
             regrow = int(self.config.context_window_tokens * self.config.retry_growth)
-            return tokens >= max(attempt.tokens_before, attempt.tokens_after) + regrow
+            return tokens >= attempt.tokens_after + regrow  # a failed attempt's 'after' is its 'before'
         return True
 
     @staticmethod

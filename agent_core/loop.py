@@ -16,6 +16,8 @@ from typing import Any
 
 from agent_core.compaction import CompactionCall, Compactor
 from agent_core.events import (
+    ApprovalRequested,
+    ApprovalResolved,
     Event,
     RunFailed,
     RunFinished,
@@ -213,9 +215,11 @@ class AgentLoop:
         assert self.compactor is not None
 
         async def silent_tools(uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-            # The memory flush's tool calls: run like any other (policy, audit) but unseen.
+            # The memory flush's tool calls: run like any other (policy, audit) but unseen —
+            # except an approval card (memory_write set to `ask`): nothing waits invisibly.
             async def discard(event: Event) -> None:
-                return None
+                if isinstance(event, ApprovalRequested | ApprovalResolved):
+                    await emit(event)
 
             calls = [ToolCall(b["id"], b["name"], b["input"]) for b in uses]
             return [o.as_block() for o in await self._runner.run_all(calls, ctx, set(), discard)]

@@ -5,6 +5,7 @@ pairs kept; nothing dropped from storage; a failed summary loses nothing and is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -212,8 +213,6 @@ async def test_compaction_runs_before_windowing_would_leave_turns_out_silently(
 ) -> None:
     """Under the token threshold, but the history no longer fits the loop's window budget:
     compacting first, instead of windowing dropping the oldest turns without a word."""
-    import dataclasses
-
     fake_api.script(reply_text("nothing to save"), reply_text(SUMMARY), reply_text("Fits now."))
     async with running(tmp_path, tg, fake_api, paced=False) as h:
         await seed(h.app.storage)
@@ -288,3 +287,30 @@ async def test_estimate_follows_the_real_prompt_size_and_a_compaction_that_stays
     again = call()
     await compactor.prepare(again)
     assert len(store.records) == 2 and again.notices == []
+
+
+async def test_second_compaction_folds_the_first_summary_in_and_sends_one_summary(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    second = SUMMARY.replace("items 0-20", "items 0-22")
+    fake_api.script(reply_text("nothing"), reply_text(SUMMARY), reply_text("One."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        storage = h.app.storage
+        await seed(storage)
+        # Keep only the newest turn: each run has something new to fold in; still over the
+        # (tiny) threshold after compacting, so retry as soon as the context grows at all.
+        h.app.agent.compactor.config = dataclasses.replace(DUE, keep_recent_tokens=300, retry_growth=0.0)
+        tg.send_private(OWNER, "first")
+        await h.says(OWNER, "One.")
+        first, _ = await storage.compaction_state("main")
+        fake_api.script(reply_text("nothing"), reply_text(second), reply_text("Two."))
+        tg.send_private(OWNER, "second")
+        await h.says(OWNER, "Two.")
+        latest, _ = await storage.compaction_state("main")
+        assert first is not None and latest is not None and latest.covered > first.covered
+        summary_call, answer = fake_api.requests[4].json, fake_api.requests[5].json
+        assert "Summary of what came before" in sent_text(summary_call) and "items 0-20" in sent_text(summary_call)
+        assert sent_text(answer).count(SUMMARY_HEADER) == 1 and "items 0-22" in sent_text(answer)
+        assert "items 0-20" not in sent_text(answer)
+        assert_pairs_together(answer["messages"])
+        assert len(await storage.load_transcript("main")) == TURNS * 4 + 4
