@@ -2,8 +2,11 @@
 
 Modules: `adapter` (lifecycle, inbound, notices), `endpoints` (REST base and gateway URL),
 `updates` (Message → Inbound), `transport` (ChatTransport over discord.py, error
-translation), `reply` (a run's ReplySink), `approval_views` (cards and restart-proof
-buttons), `commands` (slash commands).
+translation), `reply` (a run's ReplySink over `adapters.run_reply`), `approval_views`
+(Discord's `adapters.cards.CardSender` and restart-proof buttons), `commands` (slash
+commands), `probe` (the Message Content check). Nothing here imports `adapters.telegram`:
+what the platforms share lives in `adapters/` (`run_reply`, `cards`, `pacing`,
+`button_actions`).
 """
 
 from __future__ import annotations
