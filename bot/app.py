@@ -278,6 +278,7 @@ async def build(
                 "telegram": settings.telegram.allowed_groups,
                 "discord": settings.discord.allowed_channels,
             },
+            allowed_spaces={"discord": settings.discord.allowed_guilds},  # every channel of these guilds
         )
         config_groups = {"telegram": settings.telegram.allowed_groups, "discord": settings.discord.allowed_channels}
         conversations = Conversations(
