@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from bot.session_keys import isolated_key, origin_of, scope_of
 from agent_core.risk import Scope
+from bot.session_keys import isolated_key, origin_of, scope_of
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
