@@ -115,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
     from bot.platforms import configured_adapters
 
-    adapters = configured_adapters(settings)
+    adapters = configured_adapters(settings, lean=True)  # this process serves, nothing else
     if not adapters:
         print(NO_PLATFORM, file=sys.stderr)
         return EXIT_CONFIG

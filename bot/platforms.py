@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from adapters.base import Adapter
@@ -16,13 +18,29 @@ if TYPE_CHECKING:
     from adapters.telegram import TelegramAdapter
 
 
-def configured_adapters(settings: Settings) -> list[Adapter]:
+def configured_adapters(settings: Settings, *, lean: bool = False) -> list[Adapter]:
+    """`lean` (the serving process only): a Telegram bot that polls imports PTB without its
+    webhook server, tornado (~3 MB held for good, bench/bench_rss.py). PTB decides at import
+    whether webhooks are available, so a process that may later need them (tests) leaves it."""
     adapters: list[Adapter] = []
     if settings.telegram_bot_token is not None:
-        adapters.append(telegram_adapter(settings))
+        with _without_tornado(lean and settings.telegram.mode == "polling"):
+            adapters.append(telegram_adapter(settings))
     if settings.discord_bot_token is not None:
         adapters.append(discord_adapter(settings))
     return adapters
+
+
+@contextlib.contextmanager
+def _without_tornado(hide: bool) -> Iterator[None]:
+    if not hide or "tornado" in sys.modules or "telegram.ext" in sys.modules:
+        yield
+        return
+    sys.modules["tornado"] = None  # type: ignore[assignment]  # PTB: WEBHOOKS_AVAILABLE = False
+    try:
+        yield
+    finally:
+        del sys.modules["tornado"]
 
 
 def telegram_adapter(settings: Settings, **extra: Any) -> TelegramAdapter:

@@ -5,10 +5,19 @@ Each check runs in a fresh interpreter: pytest itself may have loaded the module
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+
+from bot.storage.migrate import SCHEMA_HEAD
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.telegram_api import FakeTelegram
+from tests.telegram_harness import OWNER, TOKEN, tg  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,3 +78,79 @@ def test_serving_imports_leave_out_yaml() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True)
     assert json.loads(out.stdout.splitlines()[-1]) == {"yaml": False, "pygments": False, "alembic": False}
+
+
+# -- the serving process itself (a real `roost run` against the fake Bot API) ----------------
+
+SERVING_PROBE = """
+import atexit, json, os, sys
+
+def report():
+    names = ("alembic", "mako", "tornado", "discord", "adapters.discord", "pygments")
+    with open(os.environ["ROOST_PROBE_OUT"], "w") as out:
+        json.dump({m: m in sys.modules for m in names}, out)
+
+atexit.register(report)
+from bot.cli import main
+sys.exit(main(["run"]))
+"""
+
+
+def _serving_env(home: Path, tg: FakeTelegram, llm: FakeAnthropic, probe_out: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
+    env.update(
+        ROOST_HOME=str(home),
+        ROOST_OWNERS=f'["telegram:{OWNER}"]',
+        ROOST_TELEGRAM__BASE_URL=tg.base_url,
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        ANTHROPIC_API_KEY="test-key",
+        ANTHROPIC_BASE_URL=llm.base_url,
+        ROOST_PROBE_OUT=str(probe_out),
+    )
+    return env
+
+
+async def test_first_start_of_a_telegram_bot_serves_without_alembic_tornado_or_discord(
+    tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    # A new home: the schema is created by a child `roost init`, so Alembic and mako (~10 MB)
+    # never load here; a polling bot needs no webhook server (tornado, ~3 MB); discord.py is
+    # for Discord only.
+    home, probe_out = tmp_path / "home", tmp_path / "modules.json"
+    log = (tmp_path / "run.log").open("wb")
+    process = subprocess.Popen([sys.executable, "-c", SERVING_PROBE], cwd=ROOT,
+                               env=_serving_env(home, tg, fake_api, probe_out), stdout=log, stderr=log)
+    try:
+        await tg.await_for(lambda: tg.is_polling, timeout=60)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(process.wait, 60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+    assert json.loads(probe_out.read_text()) == {
+        "alembic": False, "mako": False, "tornado": False, "discord": False, "adapters.discord": False,
+        "pygments": False,
+    }
+    with sqlite3.connect(home / "roost.db") as db:  # migrated all the same, by the child
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(SCHEMA_HEAD,)]
+
+
+def test_database_from_a_newer_roost_stops_run_in_one_line(tmp_path: Path) -> None:
+    # The child's migration fails (a revision this code does not know): `roost run` says so in
+    # one line with the child's reason, no traceback, and never starts serving.
+    home = tmp_path / "home"
+    home.mkdir()
+    with sqlite3.connect(home / "roost.db") as db:
+        db.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
+        db.execute("INSERT INTO alembic_version VALUES ('9999')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
+    env.update(ROOST_HOME=str(home), ROOST_OWNERS=f'["telegram:{OWNER}"]', TELEGRAM_BOT_TOKEN=TOKEN,
+               ROOST_TELEGRAM__BASE_URL="http://127.0.0.1:9/")  # never reached
+    result = subprocess.run([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("roost: the database could not be migrated: ")
+    assert "9999" in lines[0] and TOKEN not in lines[0]
