@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -30,6 +31,37 @@ def rowcount(result: Result[Any]) -> int:
     return int(cast(CursorResult[Any], result).rowcount or 0)
 
 
+class KnownEmpty:
+    """Keys known to have no rows of one kind, so the hot path skips a read that would find
+    nothing (a whole transaction per message). Sound only because every insert of that kind
+    goes through this process's Storage, which calls `forget` once its write settled; deletes
+    never make a known-empty key non-empty. A read marks a key only if no `forget` happened
+    since it began (`ticket`), so a write that commits between the read and the mark wins."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._keys: OrderedDict[str, None] = OrderedDict()
+        self._capacity = capacity
+        self._forgets = 0
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._keys
+
+    def ticket(self) -> int:
+        return self._forgets
+
+    def mark(self, key: str, ticket: int) -> None:
+        if ticket != self._forgets:
+            return
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self._capacity:
+            self._keys.popitem(last=False)
+
+    def forget(self, key: str) -> None:
+        self._forgets += 1
+        self._keys.pop(key, None)
+
+
 class RepositoryBase:
     """State every repository mixin uses. Each public method runs one short transaction."""
 
@@ -44,6 +76,9 @@ class RepositoryBase:
         # on an asyncio lock costs nothing; letting them contend inside SQLite means its busy
         # handler sleeping 1–100 ms per retry and, under load, "database is locked".
         self._serial: asyncio.Lock | None = asyncio.Lock() if self._dialect == "sqlite" else None
+        # Sessions with no compaction / no buffered group message: read once, then not per run.
+        self._no_compactions = KnownEmpty()
+        self._no_group_messages = KnownEmpty()
 
     @property
     def engine(self) -> AsyncEngine:

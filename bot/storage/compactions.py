@@ -25,6 +25,9 @@ def _record(row: CompactionModel) -> CompactionRecord:
 class CompactionRepository(RepositoryBase):
     async def compaction_state(self, session_key: str) -> tuple[CompactionRecord | None, CompactionRecord | None]:
         """(latest successful compaction, latest attempt) of the session's current epoch."""
+        if session_key in self._no_compactions:
+            return None, None  # none ever saved: a new epoch only has fewer
+        ticket = self._no_compactions.ticket()
         query = (
             select(CompactionModel)
             .where(CompactionModel.session_key == session_key, CompactionModel.epoch == _epoch_of(session_key))
@@ -35,11 +38,19 @@ class CompactionRepository(RepositoryBase):
             latest = attempt if attempt is None or attempt.ok else await s.scalar(
                 query.where(CompactionModel.ok.is_(True)).limit(1)
             )
+        if attempt is None:
+            self._no_compactions.mark(session_key, ticket)
         return (_record(latest) if latest else None, _record(attempt) if attempt else None)
 
     async def save_compaction(self, record: CompactionRecord) -> None:
         """Store an attempt; the id of the last message it covers is looked up in the same
         transaction (the `covered`-th message of the current epoch)."""
+        try:
+            await self._save_compaction(record)
+        finally:
+            self._no_compactions.forget(record.session_key)  # committed or not: read again
+
+    async def _save_compaction(self, record: CompactionRecord) -> None:
         async with self._tx() as s:
             epoch = await s.scalar(select(_epoch_of(record.session_key)))
             covered_id = None

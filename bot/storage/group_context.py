@@ -19,6 +19,12 @@ class GroupContextRepository(RepositoryBase):
     ) -> None:
         """Buffer one message and drop all but the newest GROUP_BUFFER_SIZE of the session
         (newest by arrival order, not by `at`: platform clocks may disagree)."""
+        try:
+            await self._add_group_message(session_key, sender, text, at)
+        finally:
+            self._no_group_messages.forget(session_key)  # committed or not: read again
+
+    async def _add_group_message(self, session_key: str, sender: str, text: str, at: datetime) -> None:
         async with self._tx() as s:
             await s.execute(
                 self._insert(GroupMessageModel).values(
@@ -44,6 +50,9 @@ class GroupContextRepository(RepositoryBase):
         self, session_key: str, limit: int = GROUP_BUFFER_SIZE
     ) -> list[GroupMessage]:
         """Up to `limit` newest buffered messages, returned oldest first (reading order)."""
+        if session_key in self._no_group_messages:
+            return []  # nothing buffered since the last read found none (or a clear)
+        ticket = self._no_group_messages.ticket()
         async with self._tx() as s:
             rows = list(
                 await s.scalars(
@@ -53,6 +62,8 @@ class GroupContextRepository(RepositoryBase):
                     .limit(limit)
                 )
             )
+        if not rows and limit > 0:
+            self._no_group_messages.mark(session_key, ticket)
         return [GroupMessage(m.session_key, m.sender, m.text, m.at) for m in reversed(rows)]
 
     async def clear_group_messages(self, session_key: str) -> int:

@@ -118,8 +118,10 @@ class MetricsRepository(RepositoryBase):
         self, run_id: str, build: Callable[[RunRow], RunMetrics], failed_since: datetime
     ) -> tuple[RunMetrics | None, int, int]:
         """One transaction after a run: read its row, store `build(row)` as its metrics, and
-        count (runs, failed runs) started since `failed_since`. None when the run has no row
-        (it never started)."""
+        count (runs, failed runs) started since `failed_since` — only when this run failed
+        (the failure-share notice is checked when a failure lands; (0, 0) after a success,
+        saving a scan of the hour's rows per run). None when the
+        run has no row (it never started)."""
         async with self._tx() as s:
             row = await s.get(RunModel, run_id)
             if row is None:
@@ -134,6 +136,8 @@ class MetricsRepository(RepositoryBase):
                     index_elements=["run_id"], set_={k: v for k, v in values.items() if k != "run_id"}
                 )
             )
+            if m.errors <= 0:
+                return m, 0, 0
             failed = func.coalesce(func.sum(case((_M.errors > 0, 1), else_=0)), 0)
             window = select(func.count(_M.run_id), failed).where(_M.started_at >= failed_since)
             runs, failures = (await s.execute(window)).one()
