@@ -406,6 +406,9 @@ class Conversations:
                     await sink.handle(event)
                     if isinstance(event, (RunFinished, RunFailed)):
                         outcome = event
+            if outcome is not None:
+                # The user has the answer: a message now is next, not "waiting for the answer".
+                self.lanes.answered(key)
         except asyncio.CancelledError:
             cancelled = True
             raise

@@ -52,6 +52,9 @@ class _Lane(Generic[T]):
     loses nothing."""
     interrupt_pending: bool = False
     """A message in `interrupt` mode arrived before the run started: cancelled once it has."""
+    answered: bool = False
+    """The running run's answer is complete (it is only closing up): a message arriving now
+    is next in line, not waiting for an answer, and is never a reason to interrupt."""
 
 
 class Lanes(Generic[T]):
@@ -80,7 +83,7 @@ class Lanes(Generic[T]):
         if len(lane.queue) >= self._max_queued:
             raise LaneFull(f"{len(lane.queue)} messages are already waiting in this chat")
         lane.queue.append(item)
-        busy = lane.current is not None
+        busy = lane.current is not None and not lane.answered
         if busy and self.mode_of(key) == "interrupt":
             # Never before the run has stored its messages: cancelled earlier, they would
             # be marked answered without having reached the transcript.
@@ -90,6 +93,12 @@ class Lanes(Generic[T]):
         if lane.worker is None:
             lane.worker = asyncio.create_task(self._work(key, lane), name=f"lane:{key}")
         return len(lane.queue) if busy else len(lane.queue) - 1
+
+    def answered(self, key: str) -> None:
+        """The session's running run has delivered its outcome; what remains is closing up."""
+        lane = self._lanes.get(key)
+        if lane is not None and lane.current is not None:
+            lane.answered = True
 
     def mode_of(self, key: str) -> QueueMode:
         return self._modes.get(key, self.default_mode)
@@ -181,7 +190,7 @@ class Lanes(Generic[T]):
                         log.exception("lane.run_crashed", extra={"session": key})
                     finally:
                         lane.current = None
-                        lane.started = lane.interrupt_pending = False
+                        lane.started = lane.interrupt_pending = lane.answered = False
         finally:
             lane.worker = None
             if not lane.queue and self._lanes.get(key) is lane:

@@ -86,3 +86,31 @@ async def test_a_message_stored_but_never_routed_before_a_crash_is_answered_afte
         await app.conversations.receive(private(OWNER_ID, "are you there?", update_id="77"))  # a late redelivery
         await app.conversations.lanes.drain()
         assert len(fake_api.requests) == 1
+
+
+async def test_a_message_after_the_answer_is_complete_gets_no_busy_notice() -> None:
+    """The run has delivered its outcome and is only closing up (inbox, log, metrics): the
+    next message is next in line, so telling its sender "I'll get to this as soon as I finish
+    the current answer" would be false — and in interrupt mode it must not cancel the close."""
+    from bot.lanes import Lanes
+
+    closing = asyncio.Event()
+    release = asyncio.Event()
+    ran: list[list[str]] = []
+
+    async def handler(key: str, batch: list[str]) -> None:
+        ran.append(batch)
+        if batch == ["first"]:
+            lanes.answered(key)
+            closing.set()
+            await release.wait()
+
+    lanes: Lanes[str] = Lanes(handler)
+    assert lanes.submit("s", "first") == 0
+    await asyncio.wait_for(closing.wait(), 10)
+    assert lanes.submit("s", "second") == 0  # not "1 waiting before it"
+    lanes.set_mode("s", "interrupt")
+    assert lanes.submit("s", "third") == 1  # queued behind "second", nothing interrupted
+    release.set()
+    await asyncio.wait_for(lanes.drain(), 10)
+    assert ran == [["first"], ["second", "third"]]
