@@ -239,11 +239,11 @@ async def build(
         stack.push_async_callback(workers.aclose)
         registry.register(make_spawn_tool(workers))
 
-        log_cutoffs = LogCutoffs()  # today's log as of the conversation's start (cache hits)
+        log_cutoffs = LogCutoffs(root)  # today's log as of the conversation's start (cache hits)
 
         def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202
             roots = live.policy.roots_for(scope, session_key)
-            return build_context(root, session_key, scope, now, roots, log_cutoffs.cutoff(session_key, now))
+            return build_context(root, session_key, scope, now, roots, log_upto=log_cutoffs.cutoff(session_key, now))
 
         def tool_context(request: RunRequest) -> ToolContext:
             return ToolContext(

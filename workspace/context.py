@@ -14,9 +14,8 @@ huge file costs at most `READ_LIMIT` bytes), since this runs on the event loop.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -54,7 +53,7 @@ def build_context(
     scope: str,
     now: datetime,
     extra_roots: tuple[str, ...] = (),
-    log_before: datetime | None = None,
+    log_upto: int | None = None,
 ) -> PromptContext:
     """Assemble the prompt context a session may see; missing or empty files are skipped.
 
@@ -65,9 +64,9 @@ def build_context(
     `scope` is an `agent_core.risk.Scope` (or its value); a sub scope with the main key
     raises ValueError.
 
-    `log_before`: today's log stops at its first entry stamped at or after this time (the
-    runs since then are in the conversation sent; `LogCutoffs`), so the log does not grow
-    with every run and is not re-sent uncached on every request.
+    `log_upto`: today's log as its first `log_upto` bytes, what it held when the conversation
+    began (`LogCutoffs`): the runs since then are in the conversation sent, so the log does
+    not grow with every run and is not re-sent uncached on every request.
     """
     access = Access(session_key, str(getattr(scope, "value", scope)), tuple(extra_roots))
     main = is_main(scope)
@@ -98,46 +97,37 @@ def build_context(
 
     volatile = [f"## Now\n{_clock(now)}"]
     today_log = log_path(root, session_key, today)
-    text = _read(root, _rel(root, today_log), access, "tail", real_root)
+    text = _read(root, _rel(root, today_log), access, "tail", real_root, upto=log_upto)
     if text is not None:
         title = f"Today's log ({_rel(root, today_log)})"
-        if log_before is not None and log_before.date() == today:
-            text = _entries_before(text, log_before)
-        if text:
-            volatile.append(_section(title, text, FILE_CAP, budget, keep="tail"))
+        volatile.append(_section(title, text, FILE_CAP, budget, keep="tail"))
     return PromptContext(stable="\n\n".join(stable), volatile="\n\n".join(volatile))
 
 
-_ENTRY = re.compile(r"^### (\d\d:\d\d:\d\d)$", re.MULTILINE)
-
-
-def _entries_before(text: _Text, cutoff: datetime) -> _Text | str:
-    """The log up to its first entry (`### HH:MM:SS`, workspace.daily_log) stamped at or after
-    `cutoff`, with a constant note that the rest is in this conversation."""
-    stamp = f"{cutoff:%H:%M:%S}"
-    for match in _ENTRY.finditer(text.text):
-        if match.group(1) >= stamp:
-            kept = text.text[: match.start()].rstrip()
-            note = f"[entries from {cutoff:%H:%M} on are about this conversation; read the file for them]"
-            return _Text(f"{kept}\n{note}" if kept else note, text.size)
-    return text
-
-
 class LogCutoffs:
-    """Per session, when its conversation began to hold today's runs: the first context built
-    for it today (in this process) or since its /new. Today's log is shown as of then, so it
-    stays byte-identical while the session talks (measured in bench/bench_cache.py). After
-    /new (`forget`) the whole log is shown again: the new conversation holds none of it. A
-    restart starts over with the whole log (repeated, never lost)."""
+    """Per session, how long today's log was when its conversation began: at the first
+    context built for it today (in this process) or since its /new. The entries appended
+    since then are the runs of this conversation, which is sent anyway; without them the log
+    stays byte-identical while the session talks (bench/bench_cache.py). After /new
+    (`forget`) the whole log is shown again: the new conversation holds none of it. A restart
+    starts over with the whole log (repeated, never lost); so does a log rewritten shorter.
+    Bytes, not clock times: entries are stamped to the second, and runs that close in the
+    second /new was sent would otherwise vanish from both."""
 
-    def __init__(self) -> None:
-        self._since: dict[str, datetime] = {}
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._since: dict[str, tuple[date, int]] = {}
 
-    def cutoff(self, session_key: str, now: datetime) -> datetime:
+    def cutoff(self, session_key: str, now: datetime) -> int:
+        """Bytes of the session's log of `now`'s day to show (see `build_context`)."""
+        try:
+            size = log_path(self._root, session_key, now.date()).stat().st_size
+        except (OSError, ValueError):
+            size = 0
         since = self._since.get(session_key)
-        if since is None or since.date() != now.date() or since > now:
-            since = self._since[session_key] = now
-        return since
+        if since is None or since[0] != now.date() or since[1] > size:
+            since = self._since[session_key] = (now.date(), size)
+        return since[1]
 
     def forget(self, session_key: str) -> None:
         self._since.pop(session_key, None)
@@ -202,17 +192,24 @@ def _section(
 
 
 def _read(
-    root: Path, rel: str, access: Access, keep: Literal["head", "tail"], real_root: str
+    root: Path,
+    rel: str,
+    access: Access,
+    keep: Literal["head", "tail"],
+    real_root: str,
+    upto: int | None = None,
 ) -> _Text | None:
     """The file as this session may read it (None if missing, empty or not allowed), at most
-    READ_LIMIT bytes from its head or tail."""
+    READ_LIMIT bytes from its head or tail; with `upto`, as if it ended after that many bytes
+    (a note says the rest is in the conversation)."""
     try:
         real, checked = confine(root, rel, access, "read", real_root=real_root)
         with open_regular(real, checked) as fh:
-            size = os.fstat(fh.fileno()).st_size
+            whole = os.fstat(fh.fileno()).st_size
+            size = whole if upto is None else min(whole, upto)
             if size > READ_LIMIT and keep == "tail":
                 fh.seek(size - READ_LIMIT)
-            raw = fh.read(READ_LIMIT)
+            raw = fh.read(min(READ_LIMIT, size - fh.tell()))
     except (AccessDenied, OSError):
         return None
     text = raw.decode("utf-8", errors="replace")
@@ -220,6 +217,8 @@ def _read(
     if partial is not None and keep == "tail":
         text = text.partition("\n")[2]  # drop the line the seek cut into
     text = text.strip("\n").rstrip()
+    if whole > size and text:
+        text += "\n[later entries are about this conversation; read the file for them]"
     return _Text(text, partial) if text else None
 
 
