@@ -14,7 +14,7 @@ from agent_core.questions import PREFIX as QUESTION_PREFIX
 from agent_core.questions import Question
 from agent_core.transcript import INTERRUPTED_RESULT
 from bot.router import Accept
-from bot.session_keys import scope_of
+from bot.session_keys import origin_of, scope_of
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations, Pending
@@ -94,7 +94,8 @@ async def resumed_pending(c: Conversations, question: Question, identity: str, t
     session = await c.storage.get_session(question.session_key)
     if session is None or session.platform is None or session.chat_id is None or session.platform not in c.adapters:
         return None
-    parts = question.session_key.split(":")
+    # An isolated job's key ends in ":job-<id>", which is not a thread: use its chat's key.
+    parts = origin_of(question.session_key).split(":")
     thread = parts[3] if question.session_key.startswith("group:") and len(parts) > 3 else None
     kind = "group" if question.session_key.startswith("group:") else "private"
     inbound = Inbound(session.platform, kind, session.chat_id, identity.partition(":")[2], identity, text,
