@@ -1,7 +1,7 @@
 """Prompt-cache hit ratio of a multi-turn session, with the fake Messages API's cache simulation.
 
 Run: .venv/bin/python bench/bench_cache.py [--messages 30] [--tool-every 4] [--minutes-between 2]
-     [--layout system|tail|both] [--no-log-growth]
+     [--layout system|tail|both] [--whole-log] [--no-log-growth]
 
 The whole app (bot.app.build, real storage, loop and anthropic SDK) talks to the fake, which
 simulates prompt caching like the service (tests/fakes/anthropic_usage.py: a request reads
@@ -10,6 +10,11 @@ breakpoints). One main session gets `--messages` messages in a row; every `--too
 asks for a tool call, so some runs have two model calls. Printed: the share of prompt tokens
 read from cache over every request after the first (the seed's target is ≥ 95 %), per run
 kind, the worst request, and what /usage shows for the session.
+
+Layouts: `tail` (the default since LoopConfig.volatile_in_tail is on) sends the clock, today's
+log and the pinned goal after the conversation's cache breakpoint; `system` is the earlier
+layout (before the conversation). `--whole-log` shows the whole of today's log on every
+request, as before workspace.context.LogCutoffs (the log as of the conversation's start).
 """
 
 from __future__ import annotations
@@ -26,11 +31,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent_core.prompt import TAIL_HEADER  # noqa: E402
 from bot.usage_report import ratio  # noqa: E402
 from tests.app_harness import OWNER_ID, running_app  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropic  # noqa: E402
-from tests.fakes.anthropic_script import Reply, Text, ToolUse, last_user_text  # noqa: E402
+from tests.fakes.anthropic_script import Reply, Text, ToolUse, last_user_text, user_texts  # noqa: E402
 from tests.fakes.anthropic_usage import PromptCache  # noqa: E402
 from tests.fakes.recording_adapter import private  # noqa: E402
 
@@ -42,13 +46,8 @@ ANSWER = (
 
 def question(body: dict[str, Any]) -> str:
     """The user's newest text (the tail of Roost's context is not the user's)."""
-    for message in reversed(body["messages"]):
-        if message["role"] == "user":
-            texts = [b["text"] for b in message["content"]
-                     if b.get("type") == "text" and not b["text"].startswith(TAIL_HEADER)]  # fmt: skip
-            if texts:
-                return texts[-1]
-    return last_user_text(body)
+    texts = user_texts(body)
+    return texts[-1] if texts else last_user_text(body)
 
 
 def responder(tool_every: int) -> Any:
@@ -72,6 +71,9 @@ async def session(args: argparse.Namespace, tail: bool) -> tuple[list[dict[str, 
             start = datetime.now(UTC).replace(hour=9, minute=0)
             clock = [start]
             app.agent._now = lambda: clock[0]  # the loop's injected clock (context's "now")
+            app.conversations._now = lambda: clock[0]  # stamps today's log entries
+            if args.whole_log and app.conversations.log_cutoffs is not None:
+                app.conversations.log_cutoffs.cutoff = lambda key, now: None  # type: ignore[method-assign,assignment]
             for i in range(messages):
                 clock[0] = start + timedelta(minutes=args.minutes_between * i)
                 text = f"tool question {i}" if tool_every and i % tool_every == tool_every - 1 else f"question {i}"
@@ -137,6 +139,7 @@ def main() -> None:
     parser.add_argument("--layout", choices=["system", "tail", "both"], default="both",
                         help="volatile context in the system (today's default) or after the history")
     parser.add_argument("--minutes-between", type=int, default=2, help="the prompt clock's step per message")
+    parser.add_argument("--whole-log", action="store_true", help="the whole of today's log on every request")
     parser.add_argument("--no-log-growth", action="store_true", help="drop today's log after each run")
     args = parser.parse_args()
     for layout in ("system", "tail") if args.layout == "both" else (args.layout,):
@@ -147,7 +150,8 @@ def report(args: argparse.Namespace, layout: str) -> None:
     bodies, usage = asyncio.run(session(args, layout == "tail"))
     m = measure(bodies)
     worst_n, worst_u, worst_total = m["worst"]
-    log = "dropped after each run" if args.no_log_growth else "growing"
+    log = "dropped after each run" if args.no_log_growth else "growing, sent whole" if args.whole_log else (
+        "growing, sent as of the conversation's start")
     print(f"layout {layout}: {args.messages} messages {args.minutes_between} min apart, today's log {log}, "
           f"{m['requests']} model requests")
     print(f"cache hit ratio after the first request: {m['ratio']:.1%} (target ≥ 95 %)")

@@ -20,7 +20,7 @@ from agent_core.compaction import (
 from agent_core.plans import GoalLock
 from bot.storage import Storage
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Error, Stall, ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import Error, Stall, ToolUse, context_tail, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, running, tg  # noqa: F401  (fixture)
 
@@ -103,7 +103,7 @@ async def test_compaction_flushes_memory_summarises_with_the_seed_sections_and_k
         assert "Turn 0:" not in sent and "Turn 23:" in sent and "Turn 22:" in sent
         assert_pairs_together(answer["messages"])
         # The goal lock is not part of what is compacted: it is pinned on every call.
-        assert "Check every item." in answer["system"][-1]["text"]
+        assert "Check every item." in context_tail(answer)
 
         # Storage keeps everything; the record says what it covers and the sizes.
         stored = await storage.load_transcript("main")
