@@ -36,6 +36,7 @@ from agent_core.tool_runner import ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.conversations import Conversations
 from bot.live_config import LiveConfig, tool_call_cap
+from bot.lean_imports import hidden
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.platforms import group_admins
@@ -108,7 +109,10 @@ class LazyAnthropic:
                 client: LLMClient | None = None
                 error: BaseException | None = None
                 try:
-                    from agent_core.anthropic_llm import AnthropicLLM
+                    # Without its unused aiohttp transport (~8 MB for good, bot/lean_imports.py).
+                    # Discord loads aiohttp before this, so no import elsewhere can hit the gap.
+                    with hidden("aiohttp", unless_loaded=("anthropic",)):
+                        from agent_core.anthropic_llm import AnthropicLLM
 
                     client = AnthropicLLM(**self._kwargs)
                 except BaseException as exc:  # handed to whoever awaits the client

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from adapters.base import Adapter
 from agent_core.inbound import Inbound
 from bot.commands import COMMANDS, GROUP_COMMANDS
+from bot.lean_imports import hidden
 from bot.roles import IsAdmin
 from bot.settings import Settings
 
@@ -24,23 +23,11 @@ def configured_adapters(settings: Settings, *, lean: bool = False) -> list[Adapt
     whether webhooks are available, so a process that may later need them (tests) leaves it."""
     adapters: list[Adapter] = []
     if settings.telegram_bot_token is not None:
-        with _without_tornado(lean and settings.telegram.mode == "polling"):
+        with hidden("tornado", when=lean and settings.telegram.mode == "polling", unless_loaded=("telegram.ext",)):
             adapters.append(telegram_adapter(settings))
     if settings.discord_bot_token is not None:
         adapters.append(discord_adapter(settings))
     return adapters
-
-
-@contextlib.contextmanager
-def _without_tornado(hide: bool) -> Iterator[None]:
-    if not hide or "tornado" in sys.modules or "telegram.ext" in sys.modules:
-        yield
-        return
-    sys.modules["tornado"] = None  # type: ignore[assignment]  # PTB: WEBHOOKS_AVAILABLE = False
-    try:
-        yield
-    finally:
-        del sys.modules["tornado"]
 
 
 def telegram_adapter(settings: Settings, **extra: Any) -> TelegramAdapter:

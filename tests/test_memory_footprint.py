@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bot.storage.migrate import SCHEMA_HEAD
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import Reply, Text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import OWNER, TOKEN, tg  # noqa: F401  (fixture)
 
@@ -86,7 +87,7 @@ SERVING_PROBE = """
 import atexit, json, os, sys
 
 def report():
-    names = ("alembic", "mako", "tornado", "discord", "adapters.discord", "pygments")
+    names = ("anthropic", "alembic", "mako", "tornado", "aiohttp", "discord", "adapters.discord", "pygments")
     with open(os.environ["ROOST_PROBE_OUT"], "w") as out:
         json.dump({m: m in sys.modules for m in names}, out)
 
@@ -110,18 +111,21 @@ def _serving_env(home: Path, tg: FakeTelegram, llm: FakeAnthropic, probe_out: Pa
     return env
 
 
-async def test_first_start_of_a_telegram_bot_serves_without_alembic_tornado_or_discord(
+async def test_first_start_of_a_telegram_bot_answers_without_alembic_tornado_aiohttp_or_discord(
     tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
     # A new home: the schema is created by a child `roost init`, so Alembic and mako (~10 MB)
     # never load here; a polling bot needs no webhook server (tornado, ~3 MB); discord.py is
-    # for Discord only.
+    # for Discord only; the anthropic SDK's optional aiohttp transport (~8 MB) is never used.
+    fake_api.script(Reply(Text("pong")))
     home, probe_out = tmp_path / "home", tmp_path / "modules.json"
     log = (tmp_path / "run.log").open("wb")
     process = subprocess.Popen([sys.executable, "-c", SERVING_PROBE], cwd=ROOT,
                                env=_serving_env(home, tg, fake_api, probe_out), stdout=log, stderr=log)
     try:
         await tg.await_for(lambda: tg.is_polling, timeout=60)
+        tg.send_private(OWNER, "ping")  # answered through the SDK: it is loaded, and works
+        await tg.await_for(lambda: any(m.text == "pong" for m in tg.bot_messages(OWNER)), timeout=60)
         process.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(process.wait, 60) == 0
     finally:
@@ -129,7 +133,7 @@ async def test_first_start_of_a_telegram_bot_serves_without_alembic_tornado_or_d
             process.kill()
         log.close()
     assert json.loads(probe_out.read_text()) == {
-        "alembic": False, "mako": False, "tornado": False, "discord": False, "adapters.discord": False,
+        "anthropic": True, "alembic": False, "aiohttp": False, "mako": False, "tornado": False, "discord": False, "adapters.discord": False,
         "pygments": False,
     }
     with sqlite3.connect(home / "roost.db") as db:  # migrated all the same, by the child
