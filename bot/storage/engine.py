@@ -14,13 +14,16 @@ the write lock up front makes concurrent writers simply queue. Transactions here
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.util import await_
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
@@ -74,6 +77,11 @@ def _sqlite_engine(url: URL, *, echo: bool) -> AsyncEngine:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # Straight to aiosqlite: one trip to its thread instead of three (cursor, execute,
+        # close through SQLAlchemy's cursor adapter); a transaction begins on every _tx.
+        try:
+            await_(connection.connection.driver_connection.execute("BEGIN IMMEDIATE"))
+        except sqlite3.Error as exc:  # surfaced as SQLAlchemy would (e.g. OperationalError)
+            raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc
 
     return engine
