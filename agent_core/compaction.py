@@ -229,6 +229,7 @@ class Compactor:
         # the last run (its usage counts the whole prompt); the estimate is scaled by it.
         self._ratio: OrderedDict[str, float] = OrderedDict()
         self._pending: dict[str, int] = {}
+        self._tools_size: tuple[object, int] = (None, 0)
 
     def observe(self, session_key: str, usage: Usage) -> None:
         """The first model call of a run answered: calibrate this session's estimate with the
@@ -255,13 +256,14 @@ class Compactor:
         if latest is not None and latest.covered > len(call.stored):
             latest = None  # stale (cannot happen within one epoch; be safe)
         history = self._view(latest, call.stored)
-        raw_tokens = estimate_tokens(call.system, call.tools, history, call.incoming)
+        history_chars = size_of(history)  # what windowing measures; dumped once per run
+        raw_tokens = (self._fixed_chars(call) + history_chars) // 4
         tokens = int(raw_tokens * self._ratio.get(call.session_key, 1.0))
         self._pending[call.session_key] = raw_tokens
         forced = call.session_key in self._forced
         near_window = (
             self.config.before_window and call.history_budget_chars is not None
-            and size_of(history) > call.history_budget_chars * WINDOW_SHARE
+            and history_chars > call.history_budget_chars * WINDOW_SHARE
         )  # fmt: skip
         if not forced and not self._due(tokens, attempt, near_window):
             return history
@@ -290,12 +292,19 @@ class Compactor:
             return history
         compacted = [summary_message(summary), *call.stored[cut:]]
         new_history = repair(compacted)
-        raw_after = estimate_tokens(call.system, call.tools, new_history, call.incoming)
+        raw_after = (self._fixed_chars(call) + size_of(new_history)) // 4
         self._pending[call.session_key] = raw_after
         after = int(raw_after * self._ratio.get(call.session_key, 1.0))
         await self._store.save_compaction(CompactionRecord(call.session_key, cut, summary, tokens, after, True, "", forced))
         log.info("compaction.done", extra={"session": call.session_key, "before": tokens, "after": after})
         return new_history
+
+    def _fixed_chars(self, call: CompactionCall) -> int:
+        """Characters of system, tools and this run's message; the tool list is the loop's
+        cached one, so its size is computed once per tool set."""
+        if self._tools_size[0] is not call.tools:
+            self._tools_size = (call.tools, len(json.dumps(call.tools, ensure_ascii=False)))
+        return self._tools_size[1] + len(json.dumps([call.system, call.incoming], ensure_ascii=False))
 
     def _due(self, tokens: int, attempt: CompactionRecord | None, near_window: bool = False) -> bool:
         if tokens < self.config.threshold_tokens and not near_window:
