@@ -7,9 +7,10 @@ with the real anthropic SDK streaming from the fake Messages API (tests/fakes/an
 The workload is the one of shared/PEERS.md's side-by-side table: 20 private pings from the
 owner (each answered before the next), two ~3,000-character answers streamed over 3 s each
 (the second under three injected 429s with retry_after 2 s), and a group mention by a
-non-owner. The home is new, so the first start migrates the database as in the side-by-side
-run (147 MB then); `--init-first` runs `roost init` before, as a bot restarted on its own home
-finds it (no Alembic in the serving process).
+non-owner. The home is new, as in the side-by-side run (147 MB then, when the first start
+migrated in process): `roost run` now migrates in a child `roost init` (bot/startup_migration.py)
+and serves without Alembic. `--init-first` runs `roost init` before, as a bot restarted on its
+own home finds it (no child needed).
 
 Prints, per run: RSS once the process serves (the SDK loaded), and after the workload;
 then the medians. `--breakdown` adds, for the last run's process: anonymous vs file-backed
