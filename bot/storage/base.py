@@ -38,10 +38,11 @@ class KnownEmpty:
     never make a known-empty key non-empty. A read marks a key only if no `forget` happened
     since it began (`ticket`), so a write that commits between the read and the mark wins."""
 
-    def __init__(self, capacity: int = 10_000) -> None:
+    def __init__(self, capacity: int = 10_000, *, enabled: bool = True) -> None:
         self._keys: OrderedDict[str, None] = OrderedDict()
         self._capacity = capacity
         self._forgets = 0
+        self._enabled = enabled
 
     def __contains__(self, key: str) -> bool:
         return key in self._keys
@@ -50,7 +51,7 @@ class KnownEmpty:
         return self._forgets
 
     def mark(self, key: str, ticket: int) -> None:
-        if ticket != self._forgets:
+        if not self._enabled or ticket != self._forgets:
             return
         self._keys[key] = None
         self._keys.move_to_end(key)
@@ -76,9 +77,12 @@ class RepositoryBase:
         # on an asyncio lock costs nothing; letting them contend inside SQLite means its busy
         # handler sleeping 1–100 ms per retry and, under load, "database is locked".
         self._serial: asyncio.Lock | None = asyncio.Lock() if self._dialect == "sqlite" else None
-        # Sessions with no compaction / no buffered group message: read once, then not per run.
-        self._no_compactions = KnownEmpty()
-        self._no_group_messages = KnownEmpty()
+        # Sessions with no buffered group message: read once, then not per run. SQLite only:
+        # there the serving process is the only one that buffers group messages, while
+        # PostgreSQL may be shared by several serving processes (scale-out). Compactions are
+        # never cached: `roost chat` beside `roost run` may compact the shared main session.
+        self._no_compactions = KnownEmpty(enabled=False)
+        self._no_group_messages = KnownEmpty(enabled=self._dialect == "sqlite")
 
     @property
     def engine(self) -> AsyncEngine:
