@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from adapters.base import Button
-from agent_core.inbound import Inbound, ReplyTarget
+from agent_core.inbound import ReplyTarget
 from bot import heartbeat
 from bot.heartbeat import ActiveHours, HeartbeatSettings
 from bot.scheduling.refs import HEARTBEAT, JobRef
@@ -175,7 +175,7 @@ class Scheduler:
 
     async def _submit(self, message: InboxMessage, session_key: str, inbox_id: int, ref: JobRef) -> bool:
         assert self._conversations is not None
-        refused = await self._conversations.run_job(_inbound(message), session_key, inbox_id, ref)
+        refused = await self._conversations.run_job(message.inbound(), session_key, inbox_id, ref)
         if refused is not None and not ref.heartbeat:
             await self.storage.job_status(ref.job_id, execution=refused)
         return refused is None
@@ -273,16 +273,3 @@ def _grace_text(seconds: int) -> str:
         return f"{seconds // 60} min"
     return f"{seconds} s"
 
-
-def _inbound(message: InboxMessage) -> Inbound:
-    return Inbound(
-        platform=message.platform,
-        chat_kind="group" if message.chat_kind == "group" else "private",
-        chat_id=message.chat_id,
-        sender_id=message.sender_id,
-        sender_name=message.sender_name,
-        text=message.text,
-        thread_id=message.thread_id,
-        update_id=message.update_id,
-        received_at=message.received_at,
-    )
