@@ -77,12 +77,14 @@ class RepositoryBase:
         # on an asyncio lock costs nothing; letting them contend inside SQLite means its busy
         # handler sleeping 1–100 ms per retry and, under load, "database is locked".
         self._serial: asyncio.Lock | None = asyncio.Lock() if self._dialect == "sqlite" else None
-        # Sessions with no buffered group message: read once, then not per run. SQLite only:
-        # there the serving process is the only one that buffers group messages, while
-        # PostgreSQL may be shared by several serving processes (scale-out). Compactions are
-        # never cached: `roost chat` beside `roost run` may compact the shared main session.
-        self._no_compactions = KnownEmpty(enabled=False)
-        self._no_group_messages = KnownEmpty(enabled=self._dialect == "sqlite")
+        # Sessions with no compaction / no buffered group message: read once, then not per
+        # run. SQLite only: there one serving process writes both, while PostgreSQL may be
+        # shared by several serving processes (scale-out). (A `roost chat` beside `roost run`
+        # on SQLite that compacts main is not seen by the server until its restart; the server
+        # then compacts by itself when due — more tokens sent, nothing lost.)
+        single_server = self._dialect == "sqlite"
+        self._no_compactions = KnownEmpty(enabled=single_server)
+        self._no_group_messages = KnownEmpty(enabled=single_server)
 
     @property
     def engine(self) -> AsyncEngine:
