@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from bot import cli_access, cli_audit, cli_grants, cli_jobs, cli_status
+from bot.heap import freeze_long_lived
 from bot.settings import ConfigError, Settings, load_settings
 
 EXIT_CONFIG = 2
@@ -150,6 +151,13 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             await app.conversations.recover_deliveries()
             await app.conversations.close_expired_cards(app.expired_at_start)
             await app.conversations.replay_inbox()
+            # Start-up is done: full collections must not walk it again — nor the SDK's
+            # ~200k objects once its background import has finished.
+            freeze_long_lived()
+            if app.lazy_llm is not None:
+                app.lazy_llm.load().add_done_callback(
+                    lambda f: None if f.cancelled() or f.exception() else freeze_long_lived()
+                )
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
             await stop.wait()

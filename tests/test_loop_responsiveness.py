@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from agent_core.builtin_tools.web import WebFetchInput, make_web_fetch_tool
 from agent_core.risk import Scope
 from agent_core.tools import ToolContext
+from bot.heap import freeze_long_lived
 from workspace.memory_index import MemoryIndex, create_memory_tables
 
 MAX_LATENESS_S = 0.100
@@ -139,6 +140,7 @@ async def test_memory_index_of_big_files_never_stalls_the_loop(tmp_path: Path) -
         async with engine.begin() as conn:
             await conn.run_sync(create_memory_tables)
         index = MemoryIndex(engine, tmp_path)
+        freeze_long_lived()  # as `roost run` does once start-up is done
         idle = await idle_lateness(1.0)
         stats, ticker, elapsed = await measured(index.sync())
     finally:
