@@ -25,6 +25,10 @@ log = logging.getLogger(__name__)
 PAIRING_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O/1/I: read aloud without doubt
 PAIRING_CODE_LENGTH = 8
 PAIRING_TTL = timedelta(hours=1)
+DEFAULT_CONTEXT_KEPT = 50
+CONTEXT_KEPT = {"discord": 20}
+"""Unmentioned group messages kept as context for the next mention, per platform (Discord
+channels are busier and its convention is the last 20)."""
 PAIRING_RETELL = timedelta(minutes=5)
 """A stranger who keeps writing is re-told their code at most this often."""
 _TOLD_MAX = 10_000
@@ -117,7 +121,10 @@ class Router:
             return Ignored("group not allowed")
         key = session_key(inbound, is_owner=owner)
         if not inbound.mentioned:
-            await self._storage.add_group_message(key, inbound.sender_name, inbound.text, inbound.received_at)
+            await self._storage.add_group_message(
+                key, inbound.sender_name, inbound.text, inbound.received_at,
+                keep=CONTEXT_KEPT.get(inbound.platform, DEFAULT_CONTEXT_KEPT),
+            )
             return Buffered()
         return Accept(key, scope_of(key), owner)
 

@@ -148,3 +148,17 @@ async def test_a_wildcard_allowed_guilds_answers_in_any_guild(
     async with running(tmp_path, dc, fake_api, paced=False, discord=any_guild) as h:
         dc.say(FOREIGN_CHANNEL, OWNER, "<@900000000000000001> here too?", mention_bot=True)
         await h.bot_text(FOREIGN_CHANNEL, lambda t: t == "Anywhere.")
+
+
+async def test_the_last_20_unmentioned_channel_messages_are_the_context_of_the_next_mention(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(reply_text("Caught up."))
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        for n in range(25):
+            dc.say(CHANNEL, STRANGER, f"chatter number {n:02d}")
+        dc.say(CHANNEL, OWNER, "<@900000000000000001> summarise", mention_bot=True)
+        await h.bot_text(CHANNEL, lambda t: t == "Caught up.")
+        body = system_and_messages(fake_api, 0)
+        assert all(f"chatter number {n:02d}" in body for n in range(5, 25))
+        assert not any(f"chatter number {n:02d}" in body for n in range(5))

@@ -15,16 +15,16 @@ GROUP_BUFFER_SIZE = 50
 
 class GroupContextRepository(RepositoryBase):
     async def add_group_message(
-        self, session_key: str, sender: str, text: str, at: datetime
+        self, session_key: str, sender: str, text: str, at: datetime, *, keep: int = GROUP_BUFFER_SIZE
     ) -> None:
-        """Buffer one message and drop all but the newest GROUP_BUFFER_SIZE of the session
-        (newest by arrival order, not by `at`: platform clocks may disagree)."""
+        """Buffer one message and drop all but the newest `keep` of the session (newest by
+        arrival order, not by `at`: platform clocks may disagree)."""
         try:
-            await self._add_group_message(session_key, sender, text, at)
+            await self._add_group_message(session_key, sender, text, at, keep)
         finally:
             self._no_group_messages.forget(session_key)  # committed or not: read again
 
-    async def _add_group_message(self, session_key: str, sender: str, text: str, at: datetime) -> None:
+    async def _add_group_message(self, session_key: str, sender: str, text: str, at: datetime, keep: int) -> None:
         async with self._tx() as s:
             await s.execute(
                 self._insert(GroupMessageModel).values(
@@ -35,7 +35,7 @@ class GroupContextRepository(RepositoryBase):
                 select(GroupMessageModel.id)
                 .where(GroupMessageModel.session_key == session_key)
                 .order_by(GroupMessageModel.id.desc())
-                .limit(GROUP_BUFFER_SIZE)
+                .limit(keep)
             )
             await s.execute(
                 delete(GroupMessageModel)
