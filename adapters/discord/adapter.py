@@ -30,6 +30,7 @@ from typing import Any, Literal
 import discord
 
 from adapters.base import Button, Delivery, InboundHandler
+from adapters.lifecycle import StartsOnce
 from adapters.button_actions import PAIR_PREFIX
 from adapters.discord.approval_views import (
     ActionButton,
@@ -102,7 +103,7 @@ class _Client(discord.Client):
         await self._adapter._on_message(message)
 
 
-class DiscordAdapter:
+class DiscordAdapter(StartsOnce):
     """Implements `adapters.base.Adapter` for Discord; see the module docstring."""
 
     platform = "discord"
@@ -152,16 +153,6 @@ class DiscordAdapter:
         return self._me.id if self._me else None
 
     # -- lifecycle -------------------------------------------------------------------
-
-    async def start(self, handler: InboundHandler) -> None:
-        if self._state != "new":
-            raise RuntimeError(f"DiscordAdapter cannot start: it is {self._state}")
-        self._state = "running"
-        try:
-            await self._start(handler)
-        except BaseException:
-            await self.aclose()
-            raise
 
     async def _login(self, *, message_content: bool) -> _Client:
         client = _Client(self, wanted_intents(message_content=message_content), self._guild_ready_timeout)

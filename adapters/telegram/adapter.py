@@ -32,6 +32,7 @@ from telegram.ext import AIORateLimiter, ExtBot, Updater
 from telegram.request import BaseRequest, HTTPXRequest
 
 from adapters.base import Button, Delivery, InboundHandler
+from adapters.lifecycle import StartsOnce
 from adapters.errors import DeliveryError, MessageGone
 from adapters.outbox import Clock, Outbox, Priority, Sleep
 from adapters.pacing import through_outbox
@@ -90,7 +91,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-class TelegramAdapter:
+class TelegramAdapter(StartsOnce):
     """Implements `adapters.base.Adapter` for Telegram; see the module docstring."""
 
     platform = "telegram"
@@ -161,16 +162,6 @@ class TelegramAdapter:
         return self._me.username if self._me else None
 
     # -- lifecycle -------------------------------------------------------------------
-
-    async def start(self, handler: InboundHandler) -> None:
-        if self._state != "new":
-            raise RuntimeError(f"TelegramAdapter cannot start: it is {self._state}")
-        self._state = "running"
-        try:
-            await self._start(handler)
-        except BaseException:
-            await self.aclose()
-            raise
 
     async def _start(self, handler: InboundHandler) -> None:
         self._handler = handler
