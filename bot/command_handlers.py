@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from adapters.base import Button
 from agent_core.inbound import Inbound, ReplyTarget
@@ -77,24 +78,22 @@ class CommandHandlers:
 
     async def _cmd_allow(self, command: Command, inbound: Inbound, route: Accept) -> str:
         """In a private chat (in groups, /allow is `group_admin`): pair a user or allow a group."""
-        refusal = self._owner_in_private(command, inbound, route)
-        if refusal is not None:
-            return refusal
-        try:
-            target = parse_target(command.args)
-        except ValueError as exc:
-            return f"{exc}. Example: /allow telegram:42 or /allow group telegram:-1001234."
-        return await self.access.allow(target, inbound.identity)
+        return await self._change_access(command, inbound, route, self.access.allow)
 
     async def _cmd_revoke(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        return await self._change_access(command, inbound, route, self.access.revoke)
+
+    async def _change_access(
+        self, command: Command, inbound: Inbound, route: Accept, change: Callable[[Any, str], Awaitable[str]]
+    ) -> str:
         refusal = self._owner_in_private(command, inbound, route)
         if refusal is not None:
             return refusal
         try:
             target = parse_target(command.args)
         except ValueError as exc:
-            return f"{exc}. Example: /revoke telegram:42 or /revoke group telegram:-1001234."
-        return await self.access.revoke(target, inbound.identity)
+            return f"{exc}. Example: /{command.name} telegram:42 or /{command.name} group telegram:-1001234."
+        return await change(target, inbound.identity)
 
     async def _cmd_audit(self, command: Command, inbound: Inbound, route: Accept) -> str:
         refusal = self._owner_in_private(command, inbound, route)
