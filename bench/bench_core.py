@@ -6,6 +6,8 @@ resident memory with 1,000 idle sessions. The model is an in-process LLMClient t
 at once, so the figures are Roost's own cost (storage writes included), not the network's;
 the anthropic SDK is therefore not imported here (it adds ~70 MB to a real process).
 The 1-session figure includes reloading a transcript that grows with every message.
+The CPU figure is this process's (all threads: the event loop and the SQLite writer) per
+message; on this shared 2-core machine it is steadier than messages/s.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from agent_core.events import Event, RunFailed, RunFinished, TextDelta, Usage  #
 from agent_core.inbound import Inbound, ReplyTarget  # noqa: E402
 from agent_core.llm import LLMRequest, MessageComplete, StreamItem, TextChunk  # noqa: E402
 from bot.app import build  # noqa: E402
+from bot.heap import freeze_long_lived  # noqa: E402
 from bot.settings import Settings  # noqa: E402
 
 
@@ -133,6 +136,7 @@ async def main(messages: int) -> None:
         adapter = BenchAdapter()
         async with build(settings, [adapter], llm=InstantLLM()) as app:
             await adapter.start(app.conversations)
+            freeze_long_lived()  # as `roost run` does once start-up is done
             await throughput(app, adapter, 1, 50)  # warm-up
             one = await throughput(app, adapter, 1, messages // 4)
             lat = await first_text_latency(adapter, 200)

@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import CursorResult, Result
@@ -17,8 +17,10 @@ from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from bot.storage.records import StorageClosed
+from bot.storage.writer import TxBody, TxRunner, runner_for
 
 Clock = Callable[[], datetime]
+T = TypeVar("T")
 
 
 def utc_now() -> datetime:
@@ -77,6 +79,8 @@ class RepositoryBase:
         # on an asyncio lock costs nothing; letting them contend inside SQLite means its busy
         # handler sleeping 1–100 ms per retry and, under load, "database is locked".
         self._serial: asyncio.Lock | None = asyncio.Lock() if self._dialect == "sqlite" else None
+        # The hot path's transactions, each one synchronous body (see bot.storage.writer).
+        self._runner: TxRunner = runner_for(engine, self._serial)
         # Sessions with no compaction / no buffered group message: read once, then not per
         # run. SQLite only: there one serving process writes both, while PostgreSQL may be
         # shared by several serving processes (scale-out). (A `roost chat` beside `roost run`
@@ -85,6 +89,8 @@ class RepositoryBase:
         single_server = self._dialect == "sqlite"
         self._no_compactions = KnownEmpty(enabled=single_server)
         self._no_group_messages = KnownEmpty(enabled=single_server)
+        # Keys of sessions known to exist (no row is ever deleted, so this never goes stale).
+        self._existing_sessions: set[str] = set()
 
     @property
     def engine(self) -> AsyncEngine:
@@ -95,15 +101,17 @@ class RepositoryBase:
         """One transaction: committed on success, rolled back on any exception."""
         if self._closed:
             raise StorageClosed("storage is closed")
-        try:
+        with _values_refused_as_value_error():
             async with self._serial or contextlib.nullcontext(), self._sessionmaker() as session, session.begin():
                 yield session
-        except StatementError as exc:
-            # A value our types refused (e.g. a naive datetime) is the caller's error: surface
-            # it as the ValueError it is, not wrapped like a database failure.
-            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
-                raise exc.orig from exc
-            raise
+
+    async def _transact(self, body: TxBody[T]) -> T:
+        """One transaction as a synchronous body of Core statements, run in one hop
+        (bot.storage.writer): the way of the transactions every message goes through."""
+        if self._closed:
+            raise StorageClosed("storage is closed")
+        with _values_refused_as_value_error():
+            return await self._runner.run(body)
 
     def _now(self) -> datetime:
         now = self._clock()
@@ -113,9 +121,26 @@ class RepositoryBase:
 
     def _insert(self, model: Any) -> Any:
         """`INSERT` supporting ON CONFLICT for the engine's dialect (both spell it the same)."""
-        if self._dialect == "postgresql":
-            # Imported here: the PostgreSQL dialect's modules cost a SQLite process ~2 MB.
-            from sqlalchemy.dialects.postgresql import insert
+        return dialect_insert(self._dialect, model)
 
-            return insert(model)
-        return sqlite.insert(model)
+
+def dialect_insert(dialect: str, model: Any) -> Any:
+    """`INSERT` supporting ON CONFLICT for `dialect` ("sqlite" or "postgresql")."""
+    if dialect == "postgresql":
+        # Imported here: the PostgreSQL dialect's modules cost a SQLite process ~2 MB.
+        from sqlalchemy.dialects.postgresql import insert
+
+        return insert(model)
+    return sqlite.insert(model)
+
+
+@contextlib.contextmanager
+def _values_refused_as_value_error() -> Iterator[None]:
+    """A value our types refused (e.g. a naive datetime) is the caller's error: surface it as
+    the ValueError it is, not wrapped like a database failure."""
+    try:
+        yield
+    except StatementError as exc:
+        if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
+            raise exc.orig from exc
+        raise

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from types import TracebackType
 
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import Engine as SyncEngine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.storage.access import AccessRepository
@@ -16,15 +17,18 @@ from bot.storage.compactions import CompactionRepository
 from bot.storage.delivery import DeliveryRepository
 from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
-from bot.storage.inbox import InboxRepository
+from bot.storage.inbox import InboxRepository, set_inbox_state
 from bot.storage.jobs import JobRepository
 from bot.storage.metrics import MetricsRepository
 from bot.storage.migrate import upgrade
 from bot.storage.plans import PlanRepository
 from bot.storage.runs import RunRepository
 from bot.storage.records import SessionRow, SessionScope
-from bot.storage.sessions import SessionRepository
+from bot.storage.sessions import SessionRepository, ensure_session_row, select_session
 from bot.storage.usage import UsageRepository
+
+
+KNOWN_SESSIONS_KEPT = 10_000
 
 
 class Storage(
@@ -79,20 +83,40 @@ class Storage(
 
     async def accept_inbound(
         self, inbox_id: int, session_key: str, scope: SessionScope, platform: str, chat_id: str
-    ) -> SessionRow:
+    ) -> None:
         """`ensure_session` + `queue_inbound` in one transaction: the message waits for a run
-        of a session that exists."""
-        async with self._tx() as s:
-            session = await self._ensure_session_in(s, session_key, scope, platform, chat_id)
-            await self._set_state_in(s, [inbox_id], "queued", session_key=session_key)
-            return session
+        of a session that exists. Sessions are never deleted, so one seen to exist is not
+        looked up again."""
+        now = self._now()
+        known = session_key in self._existing_sessions
+
+        def body(conn: Connection) -> None:
+            if not known:
+                ensure_session_row(conn, self._dialect, session_key, scope, platform, chat_id, now)
+            set_inbox_state(conn, [inbox_id], "queued", now, session_key=session_key)
+
+        await self._transact(body)
+        if len(self._existing_sessions) >= KNOWN_SESSIONS_KEPT:
+            self._existing_sessions.clear()  # bounded: a forgotten key costs one SELECT
+        self._existing_sessions.add(session_key)
 
     async def take_inbound_for_run(self, ids: Sequence[int], run_id: str, session_key: str) -> SessionRow | None:
         """`take_inbound` + `get_session` in one transaction: the run is about to answer these
         messages, with the session as it is now (a /model while they waited counts)."""
-        async with self._tx() as s:
-            await self._set_state_in(s, ids, "running", run_id=run_id)
-            return await self._get_session_in(s, session_key)
+        now = self._now()
+
+        def body(conn: Connection) -> SessionRow | None:
+            set_inbox_state(conn, ids, "running", now, run_id=run_id)
+            return select_session(conn, session_key)
+
+        return await self._transact(body)
+
+    @property
+    def sync_engines(self) -> list[SyncEngine]:
+        """The engines transactions begin on (for SQLAlchemy event listeners: counting,
+        tracing): the pool's, and the hot path's when it has its own connection."""
+        engines = [self._engine.sync_engine, self._runner.sync_engine]
+        return list(dict.fromkeys(engines))
 
     @property
     def closed(self) -> bool:
@@ -103,6 +127,7 @@ class Storage(
         if self._closed:
             return
         self._closed = True
+        await self._runner.aclose()
         await self._engine.dispose()
 
     async def __aenter__(self) -> Storage:

@@ -12,16 +12,18 @@ transcript was answered (or is marked interrupted by the delivery recovery), so 
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import delete, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import bindparam, delete, insert, or_, select, update
+from sqlalchemy.engine import Connection
 
 from agent_core.inbound import Inbound
-from bot.storage.base import RepositoryBase, rowcount
+from bot.storage.base import RepositoryBase, dialect_insert, rowcount
 from bot.storage.models import InboxModel, MessageModel, SeenUpdateModel
 
 InboxState = Literal["received", "queued", "running", "done"]
@@ -106,39 +108,90 @@ def _row(m: InboxModel) -> InboxRow:
     return InboxRow(m.id, message, m.state, m.session_key, m.run_id)  # type: ignore[arg-type]
 
 
+# The statements every message goes through, built once with bound parameters.
+_INSERT_INBOX = insert(InboxModel)
+_UPDATED_AT = InboxModel.__table__.c.updated_at.type
+
+
+@functools.cache
+def _insert_seen(dialect: str) -> Any:
+    return (
+        dialect_insert(dialect, SeenUpdateModel)
+        .values(
+            platform=bindparam("platform"),
+            update_id=bindparam("update_id"),
+            seen_at=bindparam("seen_at", type_=SeenUpdateModel.__table__.c.seen_at.type),
+        )
+        .on_conflict_do_nothing(index_elements=["platform", "update_id"])
+    )
+
+
+@functools.cache
+def _state_update(with_session: bool, with_run: bool) -> Any:
+    values: dict[str, Any] = {"state": bindparam("p_state"), "updated_at": bindparam("p_updated_at", type_=_UPDATED_AT)}
+    if with_session:
+        values["session_key"] = bindparam("p_session_key")
+    if with_run:
+        values["run_id"] = bindparam("p_run_id")
+    # One row per execution (executemany for several): an expanding IN is re-rendered on
+    # every call, which cost more than the update.
+    return update(InboxModel).where(InboxModel.id == bindparam("p_id")).values(**values)
+
+
+def set_inbox_state(
+    conn: Connection,
+    ids: Sequence[int],
+    state: InboxState,
+    now: datetime,
+    *,
+    session_key: str | None = None,
+    run_id: str | None = None,
+) -> None:
+    """Move these inbox rows to `state`, inside the caller's transaction."""
+    if not ids:
+        return
+    params: dict[str, Any] = {"p_state": state, "p_updated_at": now}
+    if session_key is not None:
+        params["p_session_key"] = session_key
+    if run_id is not None:
+        params["p_run_id"] = run_id
+    rows = [{**params, "p_id": inbox_id} for inbox_id in ids]
+    conn.execute(_state_update(session_key is not None, run_id is not None), rows[0] if len(rows) == 1 else rows)
+
+
+def insert_inbound(conn: Connection, dialect: str, message: InboxMessage, now: datetime) -> int | None:
+    """`receive_inbound`'s transaction body."""
+    if message.update_id is not None:
+        seen = conn.execute(
+            _insert_seen(dialect), {"platform": message.platform, "update_id": message.update_id, "seen_at": now}
+        )
+        if rowcount(seen) != 1:
+            return None
+    row = {
+        "platform": message.platform,
+        "chat_kind": message.chat_kind,
+        "chat_id": message.chat_id,
+        "thread_id": message.thread_id,
+        "sender_id": message.sender_id,
+        "sender_name": message.sender_name[:255],
+        "text": message.text,
+        "mentioned": message.mentioned,
+        "message_id": message.message_id,
+        "update_id": message.update_id,
+        "state": "received",
+        "received_at": message.received_at,
+        "updated_at": now,
+    }
+    return int(conn.execute(_INSERT_INBOX, row).inserted_primary_key[0])
+
+
 class InboxRepository(RepositoryBase):
     async def receive_inbound(self, message: InboxMessage) -> int | None:
         """Store the message (`received`) and mark its update seen, in one transaction, so an
         update marked seen always has its message stored. Returns the row id, or None when
         the update was seen before (a redelivery: nothing is stored)."""
         now = self._now()
-        async with self._tx() as s:
-            if message.update_id is not None:
-                seen = await s.execute(
-                    self._insert(SeenUpdateModel)
-                    .values(platform=message.platform, update_id=message.update_id, seen_at=now)
-                    .on_conflict_do_nothing(index_elements=["platform", "update_id"])
-                )
-                if rowcount(seen) != 1:
-                    return None
-            row = InboxModel(
-                platform=message.platform,
-                chat_kind=message.chat_kind,
-                chat_id=message.chat_id,
-                thread_id=message.thread_id,
-                sender_id=message.sender_id,
-                sender_name=message.sender_name[:255],
-                text=message.text,
-                mentioned=message.mentioned,
-                message_id=message.message_id,
-                update_id=message.update_id,
-                state="received",
-                received_at=message.received_at,
-                updated_at=now,
-            )
-            s.add(row)
-            await s.flush()
-            return row.id
+        return await self._transact(lambda conn: insert_inbound(conn, self._dialect, message, now))
 
     async def queue_inbound(self, inbox_id: int, session_key: str) -> None:
         """The message was accepted for `session_key`: it waits for a run."""
@@ -216,29 +269,7 @@ class InboxRepository(RepositoryBase):
     ) -> None:
         if not ids:
             return
-        async with self._tx() as s:
-            await self._set_state_in(s, ids, state, session_key=session_key, run_id=run_id)
-
-    async def _set_state_in(
-        self,
-        s: AsyncSession,
-        ids: Sequence[int],
-        state: InboxState,
-        *,
-        session_key: str | None = None,
-        run_id: str | None = None,
-    ) -> None:
-        """`_set_state` inside the caller's transaction."""
-        if not ids:
-            return
-        values: dict[str, object] = {"state": state, "updated_at": self._now()}
-        if session_key is not None:
-            values["session_key"] = session_key
-        if run_id is not None:
-            values["run_id"] = run_id
-        await s.execute(
-            update(InboxModel)
-            .where(InboxModel.id.in_(list(ids)))
-            .values(**values)
-            .execution_options(synchronize_session=False)
+        now = self._now()
+        await self._transact(
+            lambda conn: set_inbox_state(conn, ids, state, now, session_key=session_key, run_id=run_id)
         )

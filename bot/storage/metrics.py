@@ -3,14 +3,18 @@ session's queue mode."""
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import bindparam, case, func, select, update
+from sqlalchemy.engine import Connection
 
 from agent_core.text import clean_text
-from bot.storage.base import RepositoryBase, rowcount
+from bot.storage.base import RepositoryBase, dialect_insert, rowcount
 from bot.storage.inbox import InboxRow, _row as _inbox_row
 from bot.storage.models import InboxModel, NoticeSentModel, RunMetricsModel, RunModel, SessionModel
 from bot.storage.records import RunRow
@@ -88,6 +92,22 @@ _SUMS = (
 )
 
 
+# measure_run's statements, built once (it runs after every run).
+_SELECT_RUN = select(*RunModel.__table__.columns).where(RunModel.id == bindparam("run_id"))
+_FAILED_SHARE = select(
+    func.count(_M.run_id), func.coalesce(func.sum(case((_M.errors > 0, 1), else_=0)), 0)
+).where(_M.started_at >= bindparam("since", type_=_M.__table__.c.started_at.type))
+
+
+@functools.cache
+def _upsert_metrics(dialect: str) -> Any:
+    insert = dialect_insert(dialect, RunMetricsModel)
+    return insert.on_conflict_do_update(
+        index_elements=["run_id"],
+        set_={f.name: insert.excluded[f.name] for f in fields(RunMetrics) if f.name != "run_id"},
+    )
+
+
 def _totals(row: tuple[object, ...]) -> MetricsTotals:
     # int()/float(): PostgreSQL returns SUM(bigint) as Decimal.
     values = []
@@ -122,26 +142,22 @@ class MetricsRepository(RepositoryBase):
         (the failure-share notice is checked when a failure lands; (0, 0) after a success,
         saving a scan of the hour's rows per run). None when the
         run has no row (it never started)."""
-        async with self._tx() as s:
-            row = await s.get(RunModel, run_id)
+        dialect = self._dialect
+
+        def body(conn: Connection) -> tuple[RunMetrics | None, int, int]:
+            row = conn.execute(_SELECT_RUN, {"run_id": run_id}).first()
             if row is None:
                 return None, 0, 0
             m = build(_run_row(row))
             values = {f.name: getattr(m, f.name) for f in fields(RunMetrics)}
             values["model"] = clean_text(m.model)[:255]
-            await s.execute(
-                self._insert(RunMetricsModel)
-                .values(**values)
-                .on_conflict_do_update(
-                    index_elements=["run_id"], set_={k: v for k, v in values.items() if k != "run_id"}
-                )
-            )
+            conn.execute(_upsert_metrics(dialect), values)
             if m.errors <= 0:
                 return m, 0, 0
-            failed = func.coalesce(func.sum(case((_M.errors > 0, 1), else_=0)), 0)
-            window = select(func.count(_M.run_id), failed).where(_M.started_at >= failed_since)
-            runs, failures = (await s.execute(window)).one()
+            runs, failures = conn.execute(_FAILED_SHARE, {"since": failed_since}).one()
             return m, int(runs), int(failures)
+
+        return await self._transact(body)
 
     async def run_metrics(self, run_id: str) -> RunMetrics | None:
         async with self._tx() as s:
@@ -169,9 +185,7 @@ class MetricsRepository(RepositoryBase):
 
     async def failed_share(self, since: datetime) -> tuple[int, int]:
         """(runs, failed runs) started at or after `since`."""
-        query = select(func.count(_M.run_id), func.coalesce(func.sum(case((_M.errors > 0, 1), else_=0)), 0))
-        async with self._tx() as s:
-            runs, failed = (await s.execute(query.where(_M.started_at >= since))).one()
+        runs, failed = await self._transact(lambda conn: conn.execute(_FAILED_SHARE, {"since": since}).one())
         return int(runs), int(failed)
 
     async def claim_notice(self, kind: str, ref: str) -> bool:

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection
 
 from agent_core.events import Usage
 from agent_core.text import clean_json, clean_text
@@ -81,8 +82,8 @@ def _tool_call_row(m: ToolCallModel) -> ToolCallRow:
 class RunRepository(RepositoryBase):
     async def start_run(self, run_id: str, session_key: str, model: str) -> None:
         """Record a run as `running`. Must precede its tool calls (they reference it)."""
-        async with self._tx() as s:
-            await s.execute(_INSERT_RUN, self._run_params(run_id, session_key, model))
+        params = self._run_params(run_id, session_key, model)
+        await self._transact(lambda conn: conn.execute(_INSERT_RUN, params))
 
     async def begin_run(
         self, run_id: str, session_key: str, model: str, content: list[dict[str, Any]]
@@ -91,11 +92,15 @@ class RunRepository(RepositoryBase):
         transaction: returns the transcript as it was before `content`, which is stored
         (committed) when this returns."""
         now = self._now()
-        async with self._tx() as s:
-            await s.execute(_INSERT_RUN, self._run_params(run_id, session_key, model))
-            history = await select_transcript(s, session_key)
-            await insert_message(s, session_key, run_id, "user", content, now)
+        params = self._run_params(run_id, session_key, model)
+
+        def body(conn: Connection) -> list[dict[str, Any]]:
+            conn.execute(_INSERT_RUN, params)
+            history = select_transcript(conn, session_key)
+            insert_message(conn, session_key, run_id, "user", content, now)
             return history
+
+        return await self._transact(body)
 
     def _run_params(self, run_id: str, session_key: str, model: str) -> dict[str, Any]:
         return {"id": run_id, "session_key": session_key, "model": clean_text(model), "started_at": self._now()}
@@ -114,23 +119,27 @@ class RunRepository(RepositoryBase):
         """Close a run with its final status and token usage (last write wins). With
         `last_message`, the run's final assistant message is appended to `session_key`'s
         transcript in the same transaction."""
-        async with self._tx() as s:
-            if last_message:
-                if session_key is None:
-                    raise ValueError("finish_run: last_message needs its session_key")
-                await insert_message(s, session_key, run_id, "assistant", last_message, self._now())
-            params = {
-                "run_id": run_id,
-                "p_status": status,
-                "p_stop_reason": clean_text(stop_reason),
-                "p_turns": turns,
-                "p_input": usage.input_tokens,
-                "p_output": usage.output_tokens,
-                "p_cache_read": usage.cache_read_input_tokens,
-                "p_cache_creation": usage.cache_creation_input_tokens,
-                "p_finished_at": self._now(),
-            }
-            await s.execute(_FINISH_RUN, params)
+        if last_message and session_key is None:
+            raise ValueError("finish_run: last_message needs its session_key")
+        now = self._now()
+        params = {
+            "run_id": run_id,
+            "p_status": status,
+            "p_stop_reason": clean_text(stop_reason),
+            "p_turns": turns,
+            "p_input": usage.input_tokens,
+            "p_output": usage.output_tokens,
+            "p_cache_read": usage.cache_read_input_tokens,
+            "p_cache_creation": usage.cache_creation_input_tokens,
+            "p_finished_at": now,
+        }
+
+        def body(conn: Connection) -> None:
+            if last_message and session_key is not None:
+                insert_message(conn, session_key, run_id, "assistant", last_message, now)
+            conn.execute(_FINISH_RUN, params)
+
+        await self._transact(body)
 
     async def get_run(self, run_id: str) -> RunRow | None:
         async with self._tx() as s:

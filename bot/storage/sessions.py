@@ -11,17 +11,16 @@ from typing import Any
 from datetime import datetime
 
 from sqlalchemy import bindparam, func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.engine import Connection
 
 from agent_core.text import clean_json, clean_text
-from bot.storage.base import RepositoryBase
+from bot.storage.base import RepositoryBase, dialect_insert
 from bot.storage.models import MessageModel, SessionModel
 from bot.storage.records import SessionRow, SessionScope, TranscriptRow, UnknownSession
 
 
-def _session_select(key: str) -> Any:
-    """The session's columns as a plain row (attribute names as on SessionModel)."""
-    return select(*SessionModel.__table__.columns).where(SessionModel.key == key)
+_SELECT_SESSION = select(*SessionModel.__table__.columns).where(SessionModel.key == bindparam("key"))
+"""The session's columns as a plain row (attribute names as on SessionModel)."""
 
 
 def _session_row(m: Any) -> SessionRow:
@@ -65,20 +64,52 @@ _SELECT_TRANSCRIPT = (
 )
 
 
-async def insert_message(
-    s: Any, session_key: str, run_id: str | None, role: str, content: list[dict[str, Any]], now: datetime
+def insert_message(
+    conn: Connection, session_key: str, run_id: str | None, role: str, content: list[dict[str, Any]], now: datetime
 ) -> None:
     """Append one transcript message to the session's current epoch, text cleaned, inside the
-    caller's transaction `s`."""
+    caller's transaction."""
     params = {"session_key": session_key, "run_id": run_id, "role": role, "content": clean_json(content)}
-    await s.execute(_INSERT_MESSAGE, {**params, "created_at": now})
+    conn.execute(_INSERT_MESSAGE, {**params, "created_at": now})
 
 
-async def select_transcript(s: Any, session_key: str) -> list[dict[str, Any]]:
+def select_transcript(conn: Connection, session_key: str) -> list[dict[str, Any]]:
     """The session's current epoch as {"role", "content"} dicts, oldest first (plain rows: no
-    ORM objects on the hot path of every run), inside the caller's transaction `s`."""
-    rows = await s.execute(_SELECT_TRANSCRIPT, {"session_key": session_key})
+    ORM objects on the hot path of every run), inside the caller's transaction."""
+    rows = conn.execute(_SELECT_TRANSCRIPT, {"session_key": session_key})
     return [{"role": role, "content": content} for role, content in rows]
+
+
+def select_session(conn: Connection, key: str) -> SessionRow | None:
+    row = conn.execute(_SELECT_SESSION, {"key": key}).first()
+    return None if row is None else _session_row(row)
+
+
+def ensure_session_row(
+    conn: Connection, dialect: str, key: str, scope: SessionScope, platform: str | None, chat_id: str | None,
+    now: datetime,
+) -> SessionRow:
+    """Create the session if absent and return it, inside the caller's transaction. The
+    common case, a known session, costs one plain SELECT."""
+    known = select_session(conn, key)
+    if known is not None:
+        return known
+    conn.execute(
+        dialect_insert(dialect, SessionModel)
+        .values(
+            key=key,
+            scope=scope,
+            platform=platform,
+            chat_id=None if chat_id is None else clean_text(chat_id),
+            epoch=0,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["key"])
+    )
+    created = select_session(conn, key)
+    assert created is not None
+    return created
 
 
 class SessionRepository(RepositoryBase):
@@ -92,41 +123,13 @@ class SessionRepository(RepositoryBase):
         """Create the session if absent and return it. An existing session is returned
         unchanged (its scope, platform and chat are those of its first sighting: `main` is
         shared across platforms)."""
-        async with self._tx() as s:
-            return await self._ensure_session_in(s, key, scope, platform, chat_id)
-
-    async def _ensure_session_in(
-        self, s: AsyncSession, key: str, scope: SessionScope, platform: str | None, chat_id: str | None
-    ) -> SessionRow:
-        """`ensure_session` inside the caller's transaction."""
         now = self._now()
-        # The common case, a known session, costs one plain SELECT.
-        row = (await s.execute(_session_select(key))).first()
-        if row is not None:
-            return _session_row(row)
-        stmt = (
-            self._insert(SessionModel)
-            .values(
-                key=key,
-                scope=scope,
-                platform=platform,
-                chat_id=None if chat_id is None else clean_text(chat_id),
-                epoch=0,
-                created_at=now,
-                updated_at=now,
-            )
-            .on_conflict_do_nothing(index_elements=["key"])
+        return await self._transact(
+            lambda conn: ensure_session_row(conn, self._dialect, key, scope, platform, chat_id, now)
         )
-        await s.execute(stmt)
-        return _session_row((await s.execute(_session_select(key))).one())
 
     async def get_session(self, key: str) -> SessionRow | None:
-        async with self._tx() as s:
-            return await self._get_session_in(s, key)
-
-    async def _get_session_in(self, s: AsyncSession, key: str) -> SessionRow | None:
-        row = (await s.execute(_session_select(key))).first()
-        return None if row is None else _session_row(row)
+        return await self._transact(lambda conn: select_session(conn, key))
 
     async def new_epoch(self, key: str) -> SessionRow:
         """Start a fresh conversation (/new): later `load_transcript` calls see only messages
@@ -158,13 +161,12 @@ class SessionRepository(RepositoryBase):
         self, session_key: str, run_id: str | None, role: str, content: list[dict[str, Any]]
     ) -> None:
         """Append one Messages API message to the session's current epoch."""
-        async with self._tx() as s:
-            await insert_message(s, session_key, run_id, role, content, self._now())
+        now = self._now()
+        await self._transact(lambda conn: insert_message(conn, session_key, run_id, role, content, now))
 
     async def load_transcript(self, session_key: str) -> list[dict[str, Any]]:
         """The current epoch's messages, oldest first, as {"role", "content"} dicts."""
-        async with self._tx() as s:
-            return await select_transcript(s, session_key)
+        return await self._transact(lambda conn: select_transcript(conn, session_key))
 
     async def transcript_rows(
         self, session_key: str, *, epoch: int | None = None

@@ -1,0 +1,211 @@
+"""A transaction as one plain function of a SQLAlchemy `Connection`, run in one hop.
+
+Every message passes through a few short transactions (store, accept, take, begin, finish).
+Through the async ORM each statement of them was a round trip to aiosqlite's thread plus a
+trip through the Session machinery: ~1.5–2 ms of CPU per transaction, which held Roost to
+~25 messages/s. The hot path's transactions are therefore written as synchronous bodies
+(`TxBody`: Core statements built once, no ORM) and run by a `TxRunner`:
+
+- `ThreadRunner`, file SQLite: bodies run on one dedicated thread that holds its own
+  connection to the same database. Bodies that queue up while a transaction is in flight
+  are committed together (group commit): one hand-off to the thread, one BEGIN and one
+  COMMIT for the lot, each body in its own SAVEPOINT so one body's failure rolls back only
+  its own writes. Every caller hears back only after the COMMIT that made its writes
+  durable. The repository's `serial` lock is held around each batch, as around every
+  transaction on aiosqlite's connection, so the two never contend for SQLite's write lock.
+- `PooledRunner`, PostgreSQL and in-memory SQLite: each body in its own transaction through
+  `AsyncConnection.run_sync` on the engine's pool (an in-memory database lives on one
+  connection, which only the pool can share).
+
+A caller cancelled before its body started is dropped from the batch. Once a batch runs it
+runs to its end (committed or rolled back) before anything else touches the database: the
+lock is never released over a transaction still open in the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy import create_engine as create_sync_engine
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import NullPool
+
+from bot.storage.engine import SQLITE_BUSY_TIMEOUT_MS, is_memory_sqlite
+
+T = TypeVar("T")
+TxBody = Callable[[Connection], T]
+"""One transaction's work; it must not await, and runs with the transaction already begun."""
+
+MAX_BATCH = 256
+"""Bodies committed together at most: bounds how long one transaction holds the write lock."""
+
+Outcome = tuple[bool, Any]
+"""(True, the body's result) or (False, the exception it raised)."""
+
+
+class TxRunner(Protocol):
+    async def run(self, body: TxBody[T]) -> T: ...
+
+    async def aclose(self) -> None: ...
+
+    @property
+    def sync_engine(self) -> Engine: ...
+
+
+def runner_for(engine: AsyncEngine, serial: asyncio.Lock | None) -> TxRunner:
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and not is_memory_sqlite(url):
+        assert serial is not None, "SQLite transactions are serialised"
+        return ThreadRunner(url, serial)
+    return PooledRunner(engine, serial)
+
+
+class PooledRunner:
+    def __init__(self, engine: AsyncEngine, serial: asyncio.Lock | None) -> None:
+        self._engine = engine
+        self._serial = serial
+
+    @property
+    def sync_engine(self) -> Engine:
+        return self._engine.sync_engine
+
+    async def run(self, body: TxBody[T]) -> T:
+        async with self._serial or contextlib.nullcontext(), self._engine.begin() as conn:
+            return await conn.run_sync(body)
+
+    async def aclose(self) -> None:
+        pass  # the engine's owner disposes of its pool
+
+
+class ThreadRunner:
+    """Owns a thread and, on it, one connection to a file SQLite database (made on first
+    use); commits the bodies that wait together (see the module docstring)."""
+
+    def __init__(self, url: URL, serial: asyncio.Lock) -> None:
+        self._engine = _sqlite_sync_engine(url)
+        self._serial = serial
+        self._conn: Connection | None = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="roost-sqlite")
+        self._waiting: list[tuple[TxBody[Any], asyncio.Future[Any]]] = []
+        self._committer: asyncio.Task[None] | None = None
+
+    @property
+    def sync_engine(self) -> Engine:
+        return self._engine
+
+    async def run(self, body: TxBody[T]) -> T:
+        result: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._waiting.append((body, result))
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.create_task(self._commit_waiting(), name="sqlite-group-commit")
+        return await result
+
+    async def _commit_waiting(self) -> None:
+        batch: list[tuple[TxBody[Any], asyncio.Future[Any]]] = []
+        try:
+            while self._waiting:
+                await asyncio.sleep(0)  # let the tasks already runnable queue their bodies too
+                async with self._serial:
+                    # Taken once the lock is ours: what queued meanwhile joins, and a caller
+                    # cancelled while it waited is left out.
+                    batch = [(body, result) for body, result in self._waiting[:MAX_BATCH] if not result.done()]
+                    del self._waiting[:MAX_BATCH]
+                    outcomes = await self._commit([body for body, _ in batch]) if batch else []
+                _deliver(batch, outcomes)
+        finally:
+            # Only when this task itself is cancelled (the loop is shutting down): nobody
+            # must wait forever for an answer that will not come.
+            for _, result in batch + self._waiting:
+                result.cancel()
+            self._waiting.clear()
+
+    async def _commit(self, bodies: list[TxBody[Any]]) -> list[Outcome]:
+        try:
+            return await _uncancelled(
+                asyncio.get_running_loop().run_in_executor(self._thread, self._in_transaction, bodies)
+            )
+        except Exception as exc:  # BEGIN or COMMIT failed: no body's writes happened
+            return [(False, exc)] * len(bodies)
+
+    def _in_transaction(self, bodies: list[TxBody[Any]]) -> list[Outcome]:
+        if self._conn is None:
+            self._conn = self._engine.connect()
+        conn = self._conn
+        if len(bodies) == 1:  # alone: no savepoint needed, its failure rolls back the whole
+            try:
+                with conn.begin():
+                    return [(True, bodies[0](conn))]
+            except Exception as exc:
+                return [(False, exc)]
+        outcomes: list[Outcome] = []
+        # Savepoints straight on the driver: SQLAlchemy's nested transactions cost more CPU
+        # than the bodies' own statements, and nothing here needs their bookkeeping.
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        with conn.begin():
+            for body in bodies:
+                driver.execute("SAVEPOINT body")
+                try:
+                    value = body(conn)
+                except Exception as exc:
+                    driver.execute("ROLLBACK TO body")
+                    outcomes.append((False, exc))
+                else:
+                    outcomes.append((True, value))
+                driver.execute("RELEASE body")
+        return outcomes
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._engine.dispose()
+
+    async def aclose(self) -> None:
+        if self._committer is not None:
+            await asyncio.wait([self._committer])
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._close)
+        self._thread.shutdown(wait=False)
+
+
+def _deliver(batch: list[tuple[TxBody[Any], asyncio.Future[Any]]], outcomes: list[Outcome]) -> None:
+    for (_, result), (ok, value) in zip(batch, outcomes, strict=True):
+        if result.done():
+            continue  # its caller was cancelled meanwhile
+        if ok:
+            result.set_result(value)
+        else:
+            result.set_exception(value)
+
+
+async def _uncancelled(done: asyncio.Future[T]) -> T:
+    """Await work on the thread; a cancellation waits for it to end, then propagates."""
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        await asyncio.wait([done])
+        raise
+
+
+def _sqlite_sync_engine(url: URL) -> Engine:
+    # The same database and settings as bot.storage.engine's, through the stdlib driver.
+    engine = create_sync_engine(url.set(drivername="sqlite+pysqlite"), poolclass=NullPool)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # transactions are begun by the hook below
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
+                       f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}"):
+            dbapi_connection.execute(f"PRAGMA {pragma}")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.connection.driver_connection.execute("BEGIN IMMEDIATE")  # type: ignore[union-attr]
+
+    return engine
