@@ -51,6 +51,7 @@ from bot.storage import Storage
 from workspace.bootstrap import ensure_workspace
 from workspace.context import LogCutoffs, build_context
 from workspace.memory_index import MemoryIndex
+from workspace.read_cache import ReadCache
 from workspace.scoped_memory import ScopedMemory
 
 log = logging.getLogger(__name__)
@@ -244,10 +245,12 @@ async def build(
         registry.register(make_spawn_tool(workers))
 
         log_cutoffs = LogCutoffs(root)  # today's log as of the conversation's start (cache hits)
+        read_cache: ReadCache = ReadCache()  # unchanged workspace files: a few lstat calls, not a read
 
         def context(session_key: str, scope: Scope, now: datetime):  # noqa: ANN202
             roots = live.policy.roots_for(scope, session_key)
-            return build_context(root, session_key, scope, now, roots, log_upto=log_cutoffs.cutoff(session_key, now))
+            cutoff = log_cutoffs.cutoff(session_key, now)
+            return build_context(root, session_key, scope, now, roots, log_upto=cutoff, cache=read_cache)
 
         def tool_context(request: RunRequest) -> ToolContext:
             return ToolContext(

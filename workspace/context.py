@@ -13,6 +13,7 @@ huge file costs at most `READ_LIMIT` bytes), since this runs on the event loop.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -21,6 +22,7 @@ from typing import Literal
 
 from workspace.access import Access, AccessDenied, confine, is_main, open_regular, readable
 from workspace.daily_log import log_dir_for, log_path, session_dir_for
+from workspace.read_cache import Missing, ReadCache, snapshot
 from workspace.skills import list_skills, skills_prompt
 
 FILE_CAP = 20_000
@@ -54,6 +56,7 @@ def build_context(
     now: datetime,
     extra_roots: tuple[str, ...] = (),
     log_upto: int | None = None,
+    cache: ReadCache[_Text] | None = None,
 ) -> PromptContext:
     """Assemble the prompt context a session may see; missing or empty files are skipped.
 
@@ -67,6 +70,9 @@ def build_context(
     `log_upto`: today's log as its first `log_upto` bytes, what it held when the conversation
     began (`LogCutoffs`): the runs since then are in the conversation sent, so the log does
     not grow with every run and is not re-sent uncached on every request.
+
+    `cache`: reuse what earlier calls read while the files are unchanged (one `ReadCache`
+    per serving process); the text is the same as without it.
     """
     access = Access(session_key, str(getattr(scope, "value", scope)), tuple(extra_roots))
     main = is_main(scope)
@@ -77,7 +83,7 @@ def build_context(
     stable: list[str] = []
     names = SHARED_FILES + (MAIN_ONLY_FILES if main else ())
     for name in names:
-        text = _read(root, name, access, "head", real_root)
+        text = _read(root, name, access, "head", real_root, cache=cache)
         if text is not None:
             stable.append(_section(name, text, _CAPS.get(name, FILE_CAP), budget, keep="head"))
     if not main:
@@ -89,17 +95,17 @@ def build_context(
     if skills:
         stable.append(_section("Skills (load_skill to use one)", skills, FILE_CAP, budget, "head"))
     if main:
-        yesterday = log_path(root, session_key, today - timedelta(days=1))
-        text = _read(root, _rel(root, yesterday), access, "tail", real_root)
+        yesterday = _log_rel(session_key, today - timedelta(days=1))
+        text = _read(root, yesterday, access, "tail", real_root, cache=cache)
         if text is not None:
-            title = f"Yesterday's log ({_rel(root, yesterday)})"
+            title = f"Yesterday's log ({yesterday})"
             stable.append(_section(title, text, FILE_CAP, budget, keep="tail"))
 
     volatile = [f"## Now\n{_clock(now)}"]
-    today_log = log_path(root, session_key, today)
-    text = _read(root, _rel(root, today_log), access, "tail", real_root, upto=log_upto)
+    today_log = _log_rel(session_key, today)
+    text = _read(root, today_log, access, "tail", real_root, log_upto, cache)
     if text is not None:
-        title = f"Today's log ({_rel(root, today_log)})"
+        title = f"Today's log ({today_log})"
         volatile.append(_section(title, text, FILE_CAP, budget, keep="tail"))
     return PromptContext(stable="\n\n".join(stable), volatile="\n\n".join(volatile))
 
@@ -143,6 +149,7 @@ class _Text:
         return bool(self.text)
 
 
+@functools.lru_cache(maxsize=1024)
 def _sub_files(access: Access) -> str:
     """The allow-list in words, so the model looks where it may (stable: no clock, no I/O)."""
     own = session_dir_for(access.session_key)
@@ -198,20 +205,61 @@ def _read(
     keep: Literal["head", "tail"],
     real_root: str,
     upto: int | None = None,
+    cache: ReadCache[_Text] | None = None,
 ) -> _Text | None:
     """The file as this session may read it (None if missing, empty or not allowed), at most
     READ_LIMIT bytes from its head or tail; with `upto`, as if it ended after that many bytes
-    (a note says the rest is in the conversation)."""
+    (a note says the rest is in the conversation).
+
+    With a `cache`: a text the slow path gave this access before is served again while the
+    file and every folder on the way are unchanged and free of symlinks (workspace.read_cache);
+    a missing path is None at the cost of the lstat that found it missing. Everything else,
+    and every refusal, goes through the slow path below."""
+    if cache is None:
+        return _read_checked(root, rel, access, keep, real_root, upto)[0]
+    key = (real_root, rel, keep, upto)
+    now = cache.now()
+    try:
+        snap = snapshot(real_root, rel)
+    except Missing:
+        return None  # the slow path would fail to open it as well
+    if snap is not None:
+        hit = cache.get(key, access, snap)
+        if hit is not None:
+            return hit
+    text, st, checked = _read_checked(root, rel, access, keep, real_root, upto)
+    if snap is None or text is None or st is None or checked != rel or not snap.same_file(st):
+        return text
+    try:
+        unchanged = snapshot(real_root, rel) == snap  # nothing moved while it was read
+    except Missing:
+        unchanged = False
+    if unchanged:
+        cache.put(key, access, snap, text, len(text.text), now)
+    return text
+
+
+def _read_checked(
+    root: Path,
+    rel: str,
+    access: Access,
+    keep: Literal["head", "tail"],
+    real_root: str,
+    upto: int | None = None,
+) -> tuple[_Text | None, os.stat_result | None, str | None]:
+    """The slow path: confine + open_regular, every time. Also returns the fstat of what was
+    read and the workspace-relative path confine resolved it to (for the cache's checks)."""
     try:
         real, checked = confine(root, rel, access, "read", real_root=real_root)
         with open_regular(real, checked) as fh:
-            whole = os.fstat(fh.fileno()).st_size
+            st = os.fstat(fh.fileno())
+            whole = st.st_size
             size = whole if upto is None else min(whole, upto)
             if size > READ_LIMIT and keep == "tail":
                 fh.seek(size - READ_LIMIT)
             raw = fh.read(min(READ_LIMIT, size - fh.tell()))
     except (AccessDenied, OSError):
-        return None
+        return None, None, None
     text = raw.decode("utf-8", errors="replace")
     partial = size if size > len(raw) else None
     if partial is not None and keep == "tail":
@@ -219,11 +267,17 @@ def _read(
     text = text.strip("\n").rstrip()
     if whole > size and text:
         text += "\n[later entries are about this conversation; read the file for them]"
-    return _Text(text, partial) if text else None
+    return (_Text(text, partial) if text else None), st, checked.as_posix()
 
 
-def _rel(root: Path, path: Path) -> str:
-    return path.relative_to(root).as_posix()
+def _log_rel(session_key: str, day: date) -> str:
+    """`log_path(root, session_key, day)` relative to the root, without pathlib's cost."""
+    return f"{_log_dir(session_key)}/{day.isoformat()}.md"
+
+
+@functools.lru_cache(maxsize=1024)
+def _log_dir(session_key: str) -> str:
+    return log_dir_for(session_key).as_posix()
 
 
 def _clock(now: datetime) -> str:
