@@ -232,6 +232,44 @@ def test_refused_file_is_refused_every_time(tmp_path: Path) -> None:
         assert "CANARY_MEMORY_secret" not in _group(tmp_path, cache)
 
 
+def test_skill_swapped_for_a_link_to_a_private_note_is_refused(
+    tmp_path: Path, same_tick: None
+) -> None:
+    _populate(tmp_path)
+    (tmp_path / "skills" / "diary").mkdir()
+    skill = tmp_path / "skills" / "diary" / "SKILL.md"
+    skill.write_text("---\nname: diary\ndescription: SKILL_DIARY_desc\n---\nbody\n", encoding="utf-8")
+    cache = ReadCache(clock=Clock.old())
+    assert "SKILL_DIARY_desc" in _group(tmp_path, cache)
+    # the same file, moved to a private note and linked back
+    os.rename(skill, tmp_path / "notes" / "diary.md")
+    skill.symlink_to(tmp_path / "notes" / "diary.md")
+    for _ in range(2):
+        assert "SKILL_DIARY_desc" not in _group(tmp_path, cache)
+    assert "SKILL_DIARY_desc" in _main(tmp_path, cache)
+    # a regular file again, but hard-linked to a note: refused in a group as well
+    skill.unlink()
+    os.link(tmp_path / "notes" / "diary.md", skill)
+    assert "SKILL_DIARY_desc" not in _group(tmp_path, cache)
+
+
+def test_skill_added_or_removed_shows_in_the_next_context(tmp_path: Path) -> None:
+    _populate(tmp_path)
+    clock = Clock.old()
+    cache = ReadCache(clock=clock)
+    assert "- weather: Check the forecast" in _group(tmp_path, cache)
+    (tmp_path / "skills" / "todo").mkdir()
+    (tmp_path / "skills" / "todo" / "SKILL.md").write_text(
+        "---\nname: todo\ndescription: Keep a list\n---\nbody\n", encoding="utf-8"
+    )
+    clock.advance(2 * RACY_NS)
+    for _ in range(2):
+        assert "- todo: Keep a list" in _group(tmp_path, cache)
+    (tmp_path / "skills" / "todo" / "SKILL.md").unlink()
+    assert "- todo:" not in _group(tmp_path, cache)
+    assert "- weather: Check the forecast" in _group(tmp_path, cache)
+
+
 # --- freshness ---------------------------------------------------------------------------
 
 
@@ -324,8 +362,8 @@ def test_unchanged_files_are_served_without_opening_them(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("slow path taken for an unchanged file")
 
-    monkeypatch.setattr(context_module, "open_regular", refuse)
-    monkeypatch.setattr(context_module, "confine", refuse)
+    for name in ("open_regular", "confine", "list_skills", "readable"):
+        monkeypatch.setattr(context_module, name, refuse)
     for key, scope in (("main", Scope.MAIN), (GROUP, Scope.SUB)):
         assert build_context(tmp_path, key, scope, NOW, cache=cache) == first[key]
 

@@ -22,8 +22,8 @@ from typing import Literal
 
 from workspace.access import Access, AccessDenied, confine, is_main, open_regular, readable
 from workspace.daily_log import log_dir_for, log_path, session_dir_for
-from workspace.read_cache import Missing, ReadCache, snapshot
-from workspace.skills import list_skills, skills_prompt
+from workspace.read_cache import Missing, ReadCache, folder_snapshot, snapshot
+from workspace.skills import SKILL_FILE, SKILLS_DIR, list_skills, skills_prompt
 
 FILE_CAP = 20_000
 USER_CAP = 4_000
@@ -89,9 +89,7 @@ def build_context(
     if not main:
         files = _sub_files(access)
         stable.append(_section("Files this chat can see", files, FILE_CAP, budget, "head"))
-    skills = skills_prompt(
-        [s for s in list_skills(root) if main or readable(root, s.path, access, real_root=real_root)]
-    )
+    skills = _skills(root, access, real_root, cache)
     if skills:
         stable.append(_section("Skills (load_skill to use one)", skills, FILE_CAP, budget, "head"))
     if main:
@@ -268,6 +266,37 @@ def _read_checked(
     if whole > size and text:
         text += "\n[later entries are about this conversation; read the file for them]"
     return (_Text(text, partial) if text else None), st, checked.as_posix()
+
+
+def _skills(
+    root: Path, access: Access, real_root: str, cache: ReadCache[_Text] | None = None
+) -> str:
+    """The skills this session may load, one line each ("" for none). With a `cache`, the
+    listing is reused (per access) while lstat says nothing in skills/ changed."""
+    if cache is None:
+        return _skills_checked(root, access, real_root)
+    key = (real_root, SKILLS_DIR, access)
+    now = cache.now()
+    try:
+        snap = folder_snapshot(real_root, SKILLS_DIR, SKILL_FILE)
+    except Missing:
+        return ""  # no skills/ folder: list_skills finds nothing either
+    if snap is not None:
+        hit = cache.get(key, access, snap)
+        if hit is not None:
+            return hit.text
+    text = _skills_checked(root, access, real_root)
+    if snap is not None and folder_snapshot(real_root, SKILLS_DIR, SKILL_FILE) == snap:
+        cache.put(key, access, snap, _Text(text), len(text), now)
+    return text
+
+
+def _skills_checked(root: Path, access: Access, real_root: str) -> str:
+    """The slow path: list_skills, and for a sub scope `readable` (confine) per skill."""
+    main = access.main
+    return skills_prompt(
+        [s for s in list_skills(root) if main or readable(root, s.path, access, real_root=real_root)]
+    )
 
 
 def _log_rel(session_key: str, day: date) -> str:

@@ -32,12 +32,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 RACY_NS = 2_000_000_000
 """A file changed less than this long ago (by its mtime or ctime) is never stored."""
-CAPACITY = 256
-"""Files remembered at most (least recently used first out)."""
+CAPACITY = 512
+"""Entries remembered at most (least recently used first out): files, and one skills
+listing per session."""
 CHAR_BUDGET = 2_000_000
 """Characters of text remembered at most, over all entries."""
 MAX_ACCESSES = 1024
@@ -62,9 +63,32 @@ class Snapshot:
         """Is `st` (an fstat of the descriptor the slow path read) this very file, unchanged?"""
         return _file_sig(st) == self.file
 
-    def changed_within(self, now_ns: int, window_ns: int) -> bool:
-        """Modified (or stamped in the future) less than `window_ns` before `now_ns`."""
-        return now_ns - max(self.file[5], self.file[6]) < window_ns
+    def newest_ns(self) -> int:
+        """The file's latest change by its timestamps (the racy rule looks at this)."""
+        return max(self.file[5], self.file[6])
+
+
+@dataclass(frozen=True, slots=True)
+class FolderSnapshot:
+    """What lstat says about a folder of one-file entries (`skills/<name>/SKILL.md`): the
+    folder, each entry, and each entry's file (None where it has none)."""
+
+    folder: _DirSig
+    entries: tuple[tuple[str, _DirSig, _FileSig | None], ...]
+
+    def newest_ns(self) -> int:
+        """Any change in the folder counts: an entry added in the tick of the fill would not
+        move the folder's mtime."""
+        times = [self.folder[3], self.folder[4]]
+        for _, entry, file in self.entries:
+            times += [entry[3], entry[4]]
+            if file is not None:
+                times += [file[5], file[6]]
+        return max(times)
+
+
+class _Snap(Protocol):
+    def newest_ns(self) -> int: ...
 
 
 class Missing(Exception):
@@ -88,7 +112,7 @@ def snapshot(real_root: str, rel: str) -> Snapshot | None:
             st = os.lstat(path)
             if not stat.S_ISDIR(st.st_mode):  # a symlink (or a file) on the way
                 return None
-            dirs.append((st.st_ino, st.st_dev, st.st_mode, st.st_mtime_ns, st.st_ctime_ns))
+            dirs.append(_dir_sig(st))
         st = os.lstat(f"{path}/{parts[-1]}")
     except (FileNotFoundError, NotADirectoryError):
         raise Missing(rel) from None
@@ -99,6 +123,47 @@ def snapshot(real_root: str, rel: str) -> Snapshot | None:
     return Snapshot(tuple(dirs), _file_sig(st))
 
 
+def folder_snapshot(real_root: str, folder: str, file_name: str) -> FolderSnapshot | None:
+    """The lstat signature of `folder` (a plain name under `real_root`), of every entry in it
+    and of `<entry>/<file_name>`; None when it may not be served from a cache (a symlink
+    anywhere, the file not a regular one-link file, an error). Raises `Missing` when the
+    folder does not exist. One listdir plus lstat calls: two per entry."""
+    path = f"{real_root}/{folder}"
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise Missing(folder) from None
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        names = sorted(os.listdir(path))
+        entries: list[tuple[str, _DirSig, _FileSig | None]] = []
+        for name in names:
+            est = os.lstat(f"{path}/{name}")
+            if stat.S_ISLNK(est.st_mode):
+                return None
+            file: _FileSig | None = None
+            if stat.S_ISDIR(est.st_mode):
+                try:
+                    fst = os.lstat(f"{path}/{name}/{file_name}")
+                except FileNotFoundError:
+                    fst = None
+                if fst is not None:
+                    if not stat.S_ISREG(fst.st_mode) or fst.st_nlink != 1:
+                        return None
+                    file = _file_sig(fst)
+            entries.append((name, _dir_sig(est), file))
+    except OSError:
+        return None
+    return FolderSnapshot(_dir_sig(st), tuple(entries))
+
+
+def _dir_sig(st: os.stat_result) -> _DirSig:
+    return (st.st_ino, st.st_dev, st.st_mode, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _file_sig(st: os.stat_result) -> _FileSig:
     return (
         st.st_ino, st.st_dev, st.st_mode, st.st_nlink, st.st_size, st.st_mtime_ns, st.st_ctime_ns
@@ -107,7 +172,7 @@ def _file_sig(st: os.stat_result) -> _FileSig:
 
 @dataclass(slots=True)
 class _Entry(Generic[T]):
-    snap: Snapshot
+    snap: _Snap
     value: T
     chars: int
     accesses: set[Hashable] = field(default_factory=set)
@@ -141,7 +206,7 @@ class ReadCache(Generic[T]):
     def now(self) -> int:
         return self._clock()
 
-    def get(self, key: Hashable, access: Hashable, snap: Snapshot) -> T | None:
+    def get(self, key: Hashable, access: Hashable, snap: _Snap) -> T | None:
         """The stored value if it was approved for `access` and nothing changed since."""
         entry = self._entries.get(key)
         if entry is None or access not in entry.accesses or entry.snap != snap:
@@ -150,12 +215,15 @@ class ReadCache(Generic[T]):
         return entry.value
 
     def put(
-        self, key: Hashable, access: Hashable, snap: Snapshot, value: T, chars: int, now_ns: int
+        self, key: Hashable, access: Hashable, snap: _Snap, value: T, chars: int, now_ns: int
     ) -> bool:
-        """Remember what the slow path gave `access`, read from the file `snap` describes
-        (the caller checked that, and that `snap` did not change during the read). `now_ns`
-        is the clock when `snap` was taken. Racy files are not stored. True if stored."""
-        if snap.changed_within(now_ns, self._racy_ns) or chars > self._char_budget:
+        """Remember what the slow path gave `access`, read from what `snap` describes (the
+        caller checked that, and that `snap` did not change during the read). `value` must
+        depend only on what `snap` covers and on `key`: other accesses approved for the same
+        snapshot share it. `now_ns` is the clock when `snap` was taken. Racy files are not
+        stored (modified, or stamped in the future, less than `racy_ns` before `now_ns`).
+        True if stored."""
+        if now_ns - snap.newest_ns() < self._racy_ns or chars > self._char_budget:
             self.discard(key)
             return False
         entry = self._entries.get(key)
