@@ -228,6 +228,8 @@ def _read(
     text, st, checked = _read_checked(root, rel, access, keep, real_root, upto)
     if snap is None or text is None or st is None or checked != rel or not snap.same_file(st):
         return text
+    if cache.racy(snap, now):
+        return text  # today's log, just appended: not stored, so no need to look again
     try:
         unchanged = snapshot(real_root, rel) == snap  # nothing moved while it was read
     except Missing:

@@ -206,6 +206,11 @@ class ReadCache(Generic[T]):
     def now(self) -> int:
         return self._clock()
 
+    def racy(self, snap: _Snap, now_ns: int) -> bool:
+        """Changed (or stamped in the future) less than `racy_ns` before `now_ns`: `put`
+        would not store it, so a caller may skip the checks that come before a `put`."""
+        return now_ns - snap.newest_ns() < self._racy_ns
+
     def get(self, key: Hashable, access: Hashable, snap: _Snap) -> T | None:
         """The stored value if it was approved for `access` and nothing changed since."""
         entry = self._entries.get(key)
@@ -223,7 +228,7 @@ class ReadCache(Generic[T]):
         snapshot share it. `now_ns` is the clock when `snap` was taken. Racy files are not
         stored (modified, or stamped in the future, less than `racy_ns` before `now_ns`).
         True if stored."""
-        if now_ns - snap.newest_ns() < self._racy_ns or chars > self._char_budget:
+        if self.racy(snap, now_ns) or chars > self._char_budget:
             self.discard(key)
             return False
         entry = self._entries.get(key)
