@@ -391,3 +391,9 @@ def test_cache_is_bounded(tmp_path: Path) -> None:
         _group(tmp_path, cache, f"group:telegram:{i}")
     assert len(cache) <= 3
     assert "AGENTS_V1" in _group(tmp_path, cache)
+
+
+@pytest.mark.parametrize("key", ["main", GROUP, "dm:discord:42", "group:discord:1:2", "main:job-7"])
+def test_log_paths_are_the_daily_log_paths(tmp_path: Path, key: str) -> None:
+    expected = log_path(tmp_path, key, NOW.date()).relative_to(tmp_path).as_posix()
+    assert context_module._log_rel(key, NOW.date()) == expected

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from workspace.access import Access, AccessDenied, confine, is_main, open_regular, readable
-from workspace.daily_log import log_dir_for, log_path, session_dir_for
+from workspace.daily_log import log_dir_for, session_dir_for
 from workspace.read_cache import Missing, ReadCache, folder_snapshot, snapshot
 from workspace.skills import SKILL_FILE, SKILLS_DIR, list_skills, skills_prompt
 
@@ -74,7 +74,7 @@ def build_context(
     `cache`: reuse what earlier calls read while the files are unchanged (one `ReadCache`
     per serving process); the text is the same as without it.
     """
-    access = Access(session_key, str(getattr(scope, "value", scope)), tuple(extra_roots))
+    access = _access(session_key, str(getattr(scope, "value", scope)), tuple(extra_roots))
     main = is_main(scope)
     real_root = os.path.realpath(root)
     budget = _Budget()
@@ -125,7 +125,7 @@ class LogCutoffs:
     def cutoff(self, session_key: str, now: datetime) -> int:
         """Bytes of the session's log of `now`'s day to show (see `build_context`)."""
         try:
-            size = log_path(self._root, session_key, now.date()).stat().st_size
+            size = os.stat(os.path.join(self._root, _log_rel(session_key, now.date()))).st_size
         except (OSError, ValueError):
             size = 0
         since = self._since.get(session_key)
@@ -301,8 +301,14 @@ def _skills_checked(root: Path, access: Access, real_root: str) -> str:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def _access(session_key: str, scope: str, extra_roots: tuple[str, ...]) -> Access:
+    """One Access per identity: its checks run once (a refused pair raises every time)."""
+    return Access(session_key, scope, extra_roots)
+
+
 def _log_rel(session_key: str, day: date) -> str:
-    """`log_path(root, session_key, day)` relative to the root, without pathlib's cost."""
+    """`daily_log.log_path(root, session_key, day)` relative to the root, without pathlib."""
     return f"{_log_dir(session_key)}/{day.isoformat()}.md"
 
 
