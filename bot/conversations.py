@@ -383,10 +383,10 @@ class Conversations:
             requester=last.inbound.identity,
         )
         # Taken before the run appends the user message: after a crash, a row whose run stored
-        # that message counts as answered, any other goes back to the queue. The session (its
-        # /model, even one set while these waited) is read in the same transaction.
-        session = await self.storage.take_inbound_for_run(_inbox_ids(items), request.run_id, key)
-        request = dataclasses.replace(request, model=session.model_override if session else None)
+        # that message counts as answered, any other goes back to the queue. The session's
+        # /model (even one set while these waited) is read in the same transaction.
+        model = await self.storage.take_inbound_for_run(_inbox_ids(items), request.run_id, key)
+        request = dataclasses.replace(request, model=model)
         if last.job is None:  # steer mode: later messages join this run at a tool boundary
             request = dataclasses.replace(request, steer=queue_modes.steer_hook(self, key, items, request.run_id))
         sink: Any = adapter.open_reply(target) if last.job is None or self.jobs is None else (

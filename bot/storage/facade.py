@@ -23,8 +23,8 @@ from bot.storage.metrics import MetricsRepository
 from bot.storage.migrate import upgrade
 from bot.storage.plans import PlanRepository
 from bot.storage.runs import RunRepository
-from bot.storage.records import SessionRow, SessionScope
-from bot.storage.sessions import SessionRepository, ensure_session_row, select_session
+from bot.storage.records import SessionScope
+from bot.storage.sessions import SessionRepository, ensure_session_row, select_model_override
 from bot.storage.usage import UsageRepository
 
 
@@ -100,14 +100,15 @@ class Storage(
             self._existing_sessions.clear()  # bounded: a forgotten key costs one SELECT
         self._existing_sessions.add(session_key)
 
-    async def take_inbound_for_run(self, ids: Sequence[int], run_id: str, session_key: str) -> SessionRow | None:
-        """`take_inbound` + `get_session` in one transaction: the run is about to answer these
-        messages, with the session as it is now (a /model while they waited counts)."""
+    async def take_inbound_for_run(self, ids: Sequence[int], run_id: str, session_key: str) -> str | None:
+        """`take_inbound` + the session's model override (None: the configured model) in one
+        transaction: the run is about to answer these messages, with the session as it is
+        now (a /model while they waited counts)."""
         now = self._now()
 
-        def body(conn: Connection) -> SessionRow | None:
+        def body(conn: Connection) -> str | None:
             set_inbox_state(conn, ids, "running", now, run_id=run_id)
-            return select_session(conn, session_key)
+            return select_model_override(conn, session_key)
 
         return await self._transact(body)
 

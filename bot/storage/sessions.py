@@ -85,6 +85,13 @@ def select_session(conn: Connection, key: str) -> SessionRow | None:
     return None if row is None else _session_row(row)
 
 
+_SELECT_MODEL_OVERRIDE = select(SessionModel.model_override).where(SessionModel.key == bindparam("key"))
+
+
+def select_model_override(conn: Connection, key: str) -> str | None:
+    return conn.execute(_SELECT_MODEL_OVERRIDE, {"key": key}).scalar()
+
+
 def ensure_session_row(
     conn: Connection, dialect: str, key: str, scope: SessionScope, platform: str | None, chat_id: str | None,
     now: datetime,
