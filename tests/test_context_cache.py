@@ -44,6 +44,12 @@ class Clock:
         """Every file on disk looks older than the racy window."""
         return cls(10 * RACY_NS)
 
+    @classmethod
+    def racy(cls) -> Clock:
+        """Every file on disk looks just written (stamped in the future, even when cut to a
+        coarse tick): no text is stored, reads go through the approvals instead."""
+        return cls(-2 * TICK_NS)
+
     def advance(self, ns: int) -> None:
         self.offset_ns += ns
 
@@ -73,6 +79,13 @@ def same_tick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "stat", lambda *a, **k: _CoarseStat(stat_(*a, **k)))
     monkeypatch.setattr(os, "lstat", lambda *a, **k: _CoarseStat(lstat(*a, **k)))
     monkeypatch.setattr(os, "fstat", lambda *a, **k: _CoarseStat(fstat(*a, **k)))
+
+
+@pytest.fixture(params=["old", "racy"])
+def cache(request: pytest.FixtureRequest) -> ReadCache:
+    """Both ways the cache skips the slow path: a stored text (old files) and an approval to
+    open a file without `confine` (racy files, e.g. today's log)."""
+    return ReadCache(clock=Clock.old() if request.param == "old" else Clock.racy())
 
 
 def _populate(root: Path) -> None:
@@ -108,12 +121,10 @@ def _main(root: Path, cache: ReadCache) -> str:
 
 
 def test_symlink_swapped_in_after_caching_is_refused_not_served_from_cache(
-    tmp_path: Path, same_tick: None
+    tmp_path: Path, same_tick: None, cache: ReadCache
 ) -> None:
     _populate(tmp_path)
-    cache = ReadCache(clock=Clock.old())
     assert "AGENTS_V1" in _group(tmp_path, cache)
-    assert len(cache) > 0  # filled: the next build would be served from it if unchecked
     (tmp_path / "AGENTS.md").unlink()
     (tmp_path / "AGENTS.md").symlink_to(tmp_path / "USER.md")
     for _ in range(2):  # the refusal is decided again each time, never remembered as text
@@ -125,12 +136,11 @@ def test_symlink_swapped_in_after_caching_is_refused_not_served_from_cache(
 
 
 def test_cached_file_moved_to_a_private_place_and_linked_back_is_refused(
-    tmp_path: Path, same_tick: None
+    tmp_path: Path, same_tick: None, cache: ReadCache
 ) -> None:
     """The very inode that was cached, unchanged, behind a symlink: following the link would
     find every field equal; its path is now a private note, so a group is refused."""
     _populate(tmp_path)
-    cache = ReadCache(clock=Clock.old())
     assert "AGENTS_V1" in _group(tmp_path, cache)
     before = os.lstat(tmp_path / "AGENTS.md")
     os.rename(tmp_path / "AGENTS.md", tmp_path / "notes" / "agents.md")
@@ -142,10 +152,9 @@ def test_cached_file_moved_to_a_private_place_and_linked_back_is_refused(
 
 
 def test_directory_component_swapped_for_symlink_is_rechecked(
-    tmp_path: Path, same_tick: None
+    tmp_path: Path, same_tick: None, cache: ReadCache
 ) -> None:
     _populate(tmp_path)
-    cache = ReadCache(clock=Clock.old())
     assert "GROUP_TODAY_TEXT" in _group(tmp_path, cache)
     own = tmp_path / log_dir_for(GROUP)
     other = tmp_path / log_dir_for(OTHER_GROUP)
@@ -169,9 +178,10 @@ def test_directory_component_swapped_for_symlink_is_rechecked(
     assert "GROUP_TODAY_TEXT" in _group(tmp_path, cache)
 
 
-def test_hard_link_added_after_caching_is_refused(tmp_path: Path, same_tick: None) -> None:
+def test_hard_link_added_after_caching_is_refused(
+    tmp_path: Path, same_tick: None, cache: ReadCache
+) -> None:
     _populate(tmp_path)
-    cache = ReadCache(clock=Clock.old())
     assert "AGENTS_V1" in _group(tmp_path, cache)
     # a second name for the cached file itself: same inode, bytes and times, now refused
     os.link(tmp_path / "AGENTS.md", tmp_path / "notes" / "agents-copy.md")
@@ -211,35 +221,82 @@ def test_file_swapped_while_it_is_read_is_not_cached_as_the_old_file(
     assert "AGENTS_V1" in text and "AGENTS_V2" not in text
 
 
-def test_text_approved_for_main_is_not_served_to_a_group(tmp_path: Path) -> None:
+def test_folder_swapped_between_lstat_and_open_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Today's log (racy, so opened on an approval without `confine`): its folder becomes a
+    link to a private folder after the cache's lstat and before the open. What was opened is
+    not the file lstat saw, so the slow path decides, and refuses."""
     _populate(tmp_path)
-    cache: ReadCache = ReadCache(clock=Clock.old())
+    cache = ReadCache(clock=Clock.racy())
+    assert "GROUP_TODAY_TEXT" in _group(tmp_path, cache)
+    own = tmp_path / log_dir_for(GROUP)
+    private = tmp_path / "notes" / "private"
+    private.mkdir()
+    (private / log_path(tmp_path, GROUP, NOW.date()).name).write_text(
+        "CANARY_PRIVATE_LOG", encoding="utf-8"
+    )
+    real_open = context_module.open_regular
+    armed = [True]
+
+    def swap_then_open(real: Path, rel: object) -> object:
+        if armed and str(real).startswith(str(own)):
+            armed.clear()
+            os.rename(own, tmp_path / "notes" / "group-logs")
+            own.symlink_to(private, target_is_directory=True)
+        return real_open(real, rel)
+
+    monkeypatch.setattr(context_module, "open_regular", swap_then_open)
+    text = _group(tmp_path, cache)
+    assert not armed  # the swap happened between the lstat and the open
+    assert "CANARY_PRIVATE_LOG" not in text and "GROUP_TODAY_TEXT" not in text
+
+
+def test_racy_log_is_read_without_confine_once_approved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _populate(tmp_path)
+    cache = ReadCache(clock=Clock.racy())
+    assert "GROUP_TODAY_TEXT" in _group(tmp_path, cache)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("confine called for an approved, unchanged way to the file")
+
+    monkeypatch.setattr(context_module, "confine", refuse)
+    append_entry(tmp_path, GROUP, NOW, "group: APPENDED_AFTER")
+    text = _group(tmp_path, cache)
+    assert "APPENDED_AFTER" in text and "GROUP_TODAY_TEXT" in text
+    assert len(cache) == 0  # racy: no text was stored
+
+
+def test_text_approved_for_main_is_not_served_to_a_group(
+    tmp_path: Path, cache: ReadCache
+) -> None:
+    _populate(tmp_path)
     real_root = os.path.realpath(tmp_path)
     main, group = Access("main", "main"), Access(GROUP, "sub")
-    text = _read(tmp_path, "USER.md", main, "head", real_root, cache=cache)
-    assert text is not None and "CANARY_USER_city" in text.text
-    assert _read(tmp_path, "USER.md", main, "head", real_root, cache=cache) is text  # cached
+    for _ in range(2):  # filled, then served from the cache (old) or its approval (racy)
+        text = _read(tmp_path, "USER.md", main, "head", real_root, cache=cache)
+        assert text is not None and "CANARY_USER_city" in text.text
     for _ in range(2):
         assert _read(tmp_path, "USER.md", group, "head", real_root, cache=cache) is None
 
 
-def test_refused_file_is_refused_every_time(tmp_path: Path) -> None:
+def test_refused_file_is_refused_every_time(tmp_path: Path, cache: ReadCache) -> None:
     _populate(tmp_path)
     (tmp_path / "AGENTS.md").unlink()
     (tmp_path / "AGENTS.md").symlink_to(tmp_path / "MEMORY.md")
-    cache = ReadCache(clock=Clock.old())
     for _ in range(3):
         assert "CANARY_MEMORY_secret" not in _group(tmp_path, cache)
 
 
 def test_skill_swapped_for_a_link_to_a_private_note_is_refused(
-    tmp_path: Path, same_tick: None
+    tmp_path: Path, same_tick: None, cache: ReadCache
 ) -> None:
     _populate(tmp_path)
     (tmp_path / "skills" / "diary").mkdir()
     skill = tmp_path / "skills" / "diary" / "SKILL.md"
     skill.write_text("---\nname: diary\ndescription: SKILL_DIARY_desc\n---\nbody\n", encoding="utf-8")
-    cache = ReadCache(clock=Clock.old())
     assert "SKILL_DIARY_desc" in _group(tmp_path, cache)
     # the same file, moved to a private note and linked back
     os.rename(skill, tmp_path / "notes" / "diary.md")

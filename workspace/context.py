@@ -17,7 +17,7 @@ import functools
 import os
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from workspace.access import Access, AccessDenied, confine, is_main, open_regular, readable
@@ -211,24 +211,36 @@ def _read(
 
     With a `cache`: a text the slow path gave this access before is served again while the
     file and every folder on the way are unchanged and free of symlinks (workspace.read_cache);
-    a missing path is None at the cost of the lstat that found it missing. Everything else,
-    and every refusal, goes through the slow path below."""
+    a file it may read but whose text cannot be kept (racy: today's log, just appended) is
+    opened without `confine` while the folders on the way are unchanged and free of symlinks
+    and the descriptor opened is the file lstat saw; a missing path is None at the cost of
+    the lstat that found it missing. Everything else, and every refusal, goes through the
+    slow path (`_read_checked`)."""
     if cache is None:
         return _read_checked(root, rel, access, keep, real_root, upto)[0]
-    key = (real_root, rel, keep, upto)
-    now = cache.now()
     try:
         snap = snapshot(real_root, rel)
     except Missing:
         return None  # the slow path would fail to open it as well
-    if snap is not None:
-        hit = cache.get(key, access, snap)
-        if hit is not None:
-            return hit
-    text, st, checked = _read_checked(root, rel, access, keep, real_root, upto)
-    if snap is None or text is None or st is None or checked != rel or not snap.same_file(st):
-        return text
-    if cache.racy(snap, now):
+    if snap is None:  # a symlink, a hard link or an odd name: the slow path decides
+        return _read_checked(root, rel, access, keep, real_root, upto)[0]
+    now = cache.now()
+    key = (real_root, rel, keep, upto)
+    hit = cache.get(key, access, snap)
+    if hit is not None:
+        return hit
+    text: _Text | None = None
+    st: os.stat_result | None = None
+    if cache.approved((real_root, rel), access, snap):
+        text, st = _read_open(Path(real_root, rel), PurePosixPath(rel), keep, upto)
+        if st is None or not snap.same_file(st):  # it changed since lstat: decide afresh
+            text = st = None
+    if st is None:
+        text, st, checked = _read_checked(root, rel, access, keep, real_root, upto)
+        if text is None or st is None or checked != rel or not snap.same_file(st):
+            return text
+        cache.approve((real_root, rel), access, snap)
+    if text is None or cache.racy(snap, now):
         return text  # today's log, just appended: not stored, so no need to look again
     try:
         unchanged = snapshot(real_root, rel) == snap  # nothing moved while it was read
@@ -251,6 +263,18 @@ def _read_checked(
     read and the workspace-relative path confine resolved it to (for the cache's checks)."""
     try:
         real, checked = confine(root, rel, access, "read", real_root=real_root)
+    except (AccessDenied, OSError):
+        return None, None, None
+    text, st = _read_open(real, checked, keep, upto)
+    return text, st, checked.as_posix()
+
+
+def _read_open(
+    real: Path, checked: PurePosixPath, keep: Literal["head", "tail"], upto: int | None
+) -> tuple[_Text | None, os.stat_result | None]:
+    """Read a confined file through `open_regular` (no symlink, one link, checked on the
+    descriptor); also returns the descriptor's fstat."""
+    try:
         with open_regular(real, checked) as fh:
             st = os.fstat(fh.fileno())
             whole = st.st_size
@@ -259,7 +283,7 @@ def _read_checked(
                 fh.seek(size - READ_LIMIT)
             raw = fh.read(min(READ_LIMIT, size - fh.tell()))
     except (AccessDenied, OSError):
-        return None, None, None
+        return None, None
     text = raw.decode("utf-8", errors="replace")
     partial = size if size > len(raw) else None
     if partial is not None and keep == "tail":
@@ -267,7 +291,7 @@ def _read_checked(
     text = text.strip("\n").rstrip()
     if whole > size and text:
         text += "\n[later entries are about this conversation; read the file for them]"
-    return (_Text(text, partial) if text else None), st, checked.as_posix()
+    return (_Text(text, partial) if text else None), st
 
 
 def _skills(

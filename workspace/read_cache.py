@@ -199,6 +199,9 @@ class ReadCache(Generic[T]):
         self._char_budget = char_budget
         self._chars = 0
         self._entries: OrderedDict[Hashable, _Entry[T]] = OrderedDict()
+        self._approvals: OrderedDict[Hashable, tuple[tuple[_DirSig, ...], set[Hashable]]] = (
+            OrderedDict()
+        )
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -243,6 +246,30 @@ class ReadCache(Generic[T]):
         while len(self._entries) > self._capacity or self._chars > self._char_budget:
             self.discard(next(iter(self._entries)))
         return True
+
+    def approved(self, key: Hashable, access: Hashable, snap: Snapshot) -> bool:
+        """Did the slow path let `access` read the file at `key` (real root, relative path)
+        while the folders on the way were the ones `snap` shows? `snap` (no symlink on the
+        way, a regular one-link file) then leads `confine` to the same decision, whatever
+        the file holds now: the caller may open the file without it, and must check that
+        the descriptor it opened is `snap.file`. For files whose text cannot be stored
+        (racy: today's log)."""
+        approval = self._approvals.get(key)
+        if approval is None or approval[0] != snap.dirs or access not in approval[1]:
+            return False
+        self._approvals.move_to_end(key)
+        return True
+
+    def approve(self, key: Hashable, access: Hashable, snap: Snapshot) -> None:
+        """Record that the slow path let `access` read the file `snap` describes (the caller
+        checked the descriptor it read against `snap`)."""
+        approval = self._approvals.get(key)
+        if approval is None or approval[0] != snap.dirs or len(approval[1]) >= MAX_ACCESSES:
+            approval = self._approvals[key] = (snap.dirs, set())
+        approval[1].add(access)
+        self._approvals.move_to_end(key)
+        while len(self._approvals) > self._capacity:
+            self._approvals.popitem(last=False)
 
     def discard(self, key: Hashable) -> None:
         entry = self._entries.pop(key, None)
