@@ -8,7 +8,9 @@ every cut leaves a visible notice in the text.
 Every file is read through `workspace.access` exactly as the file tools would read it for this
 session: a sub scope gets only allow-listed files (identity files, skills, its own log), and
 a symlink or hard link that leads elsewhere is skipped in every scope. Reads are bounded (a
-huge file costs at most `READ_LIMIT` bytes), since this runs on the event loop.
+huge file costs at most `READ_LIMIT` bytes), since this runs on the event loop. The serving
+process passes a `ReadCache` (workspace/read_cache.py): unchanged files then cost a few lstat
+calls, and every refusal is decided again by the same checks.
 """
 
 from __future__ import annotations
@@ -218,13 +220,13 @@ def _read(
     slow path (`_read_checked`)."""
     if cache is None:
         return _read_checked(root, rel, access, keep, real_root, upto)[0]
+    now = cache.now()  # before the lstat: a change after it is stamped later than this
     try:
         snap = snapshot(real_root, rel)
     except Missing:
         return None  # the slow path would fail to open it as well
     if snap is None:  # a symlink, a hard link or an odd name: the slow path decides
         return _read_checked(root, rel, access, keep, real_root, upto)[0]
-    now = cache.now()
     key = (real_root, rel, keep, upto)
     hit = cache.get(key, access, snap)
     if hit is not None:
