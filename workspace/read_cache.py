@@ -18,10 +18,17 @@ goes through the slow path again; a refusal is never stored, so it is decided af
 time.
 
 Racy files (as git's "racily clean" index entries): file timestamps come from a coarse clock
-(a few ms), so a file written in the same tick as the fill and again right after could keep
-its size, mtime and ctime. A file modified within `racy_ns` (2 s) of the clock is therefore
-never stored; once it is older, any later write stamps a visibly newer time. Today's log,
-appended after every run, is usually racy and takes the slow path.
+(a few ms; a second on some file systems; kernels with multigrain timestamps stamp each
+change apart, older ones do not), so a file written in the same tick as the fill and again
+right after could keep its size, mtime and ctime. A file modified within `racy_ns` (2 s) of
+the clock is therefore never stored; once it is older, any later write stamps a visibly newer
+time.
+
+Approvals, for racy files (today's log, appended after every run): the slow path's "yes" for
+(file, access) is remembered with the folders on the way. While lstat shows those folders
+unchanged and the file a regular one-link file (not a symlink), the caller may open it
+without `confine` (still through `open_regular`), provided the descriptor's fstat is the file
+lstat saw; if not, the slow path decides again.
 """
 
 from __future__ import annotations
@@ -228,7 +235,7 @@ class ReadCache(Generic[T]):
         """Remember what the slow path gave `access`, read from what `snap` describes (the
         caller checked that, and that `snap` did not change during the read). `value` must
         depend only on what `snap` covers and on `key`: other accesses approved for the same
-        snapshot share it. `now_ns` is the clock when `snap` was taken. Racy files are not
+        snapshot share it. `now_ns` is the clock just before `snap` was taken. Racy files are not
         stored (modified, or stamped in the future, less than `racy_ns` before `now_ns`).
         True if stored."""
         if self.racy(snap, now_ns) or chars > self._char_budget:
