@@ -86,8 +86,10 @@ async def test_three_step_plan_shows_progress_corrects_a_claim_without_evidence_
         assert "Not advanced (correction 1/3)" in str(correction["content"])
         assert shown(h, "📋 step 1/3")
         gated.open(2)
-        gated.open(3)
+        # Step 2 is shown before the next answer may end it: with both released at once it can
+        # last less than one edit interval and never reach the chat.
         await tg.await_for(lambda: shown(h, "📋 step 2/3: restart web (done when: status is active)"), 20)
+        gated.open(3)
         gated.open(4)
         gated.open(5)
         await h.says(OWNER, summary)  # the final message is exactly the summary; status lines gone
