@@ -3,7 +3,10 @@ for a session's first `covered` messages of the current epoch, and failed attemp
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 
 from agent_core.compaction import CompactionRecord
 from agent_core.text import clean_text
@@ -15,7 +18,10 @@ def _epoch_of(session_key: str):  # noqa: ANN202 — a scalar subquery
     return func.coalesce(select(SessionModel.epoch).where(SessionModel.key == session_key).scalar_subquery(), 0)
 
 
-def _record(row: CompactionModel) -> CompactionRecord:
+_COMPACTIONS = CompactionModel.__table__.columns
+
+
+def _record(row: Any) -> CompactionRecord:
     return CompactionRecord(
         row.session_key, row.covered, row.summary, row.tokens_before, row.tokens_after, row.ok,
         row.error, row.forced, row.created_at,
@@ -29,15 +35,19 @@ class CompactionRepository(RepositoryBase):
             return None, None  # none ever saved: a new epoch only has fewer
         ticket = self._no_compactions.ticket()
         query = (
-            select(CompactionModel)
+            select(*_COMPACTIONS)
             .where(CompactionModel.session_key == session_key, CompactionModel.epoch == _epoch_of(session_key))
             .order_by(CompactionModel.id.desc())
         )
-        async with self._tx() as s:
-            attempt = await s.scalar(query.limit(1))
-            latest = attempt if attempt is None or attempt.ok else await s.scalar(
+
+        def body(conn: Connection) -> tuple[Any, Any]:
+            attempt = conn.execute(query.limit(1)).first()
+            latest = attempt if attempt is None or attempt.ok else conn.execute(
                 query.where(CompactionModel.ok.is_(True)).limit(1)
-            )
+            ).first()
+            return latest, attempt
+
+        latest, attempt = await self._transact(body)
         if attempt is None:
             self._no_compactions.mark(session_key, ticket)
         return (_record(latest) if latest else None, _record(attempt) if attempt else None)

@@ -53,15 +53,13 @@ class GroupContextRepository(RepositoryBase):
         if session_key in self._no_group_messages:
             return []  # nothing buffered since the last read found none (or a clear)
         ticket = self._no_group_messages.ticket()
-        async with self._tx() as s:
-            rows = list(
-                await s.scalars(
-                    select(GroupMessageModel)
-                    .where(GroupMessageModel.session_key == session_key)
-                    .order_by(GroupMessageModel.id.desc())
-                    .limit(limit)
-                )
-            )
+        query = (
+            select(*GroupMessageModel.__table__.columns)
+            .where(GroupMessageModel.session_key == session_key)
+            .order_by(GroupMessageModel.id.desc())
+            .limit(limit)
+        )
+        rows = await self._transact(lambda conn: conn.execute(query).all())
         if not rows and limit > 0:
             self._no_group_messages.mark(session_key, ticket)
         return [GroupMessage(m.session_key, m.sender, m.text, m.at) for m in reversed(rows)]

@@ -38,11 +38,11 @@ class PlanRepository(RepositoryBase):
         return await self._plan(session_key, active=False)
 
     async def _plan(self, session_key: str, *, active: bool) -> Plan | None:
-        query = select(PlanModel).where(PlanModel.session_key == session_key)
+        query = select(*PlanModel.__table__.columns).where(PlanModel.session_key == session_key)
         if active:
             query = query.where(PlanModel.state == "active")
-        async with self._tx() as s:
-            row = await s.scalar(query.order_by(PlanModel.updated_at.desc(), PlanModel.created_at.desc()).limit(1))
+        query = query.order_by(PlanModel.updated_at.desc(), PlanModel.created_at.desc()).limit(1)
+        row = await self._transact(lambda conn: conn.execute(query).first())
         if row is None:
             return None
         return Plan(
@@ -53,8 +53,8 @@ class PlanRepository(RepositoryBase):
     # -- goal locks ------------------------------------------------------------------------
 
     async def goal_lock(self, session_key: str) -> GoalLock | None:
-        async with self._tx() as s:
-            row = await s.get(GoalLockModel, session_key)
+        query = select(*GoalLockModel.__table__.columns).where(GoalLockModel.session_key == session_key)
+        row = await self._transact(lambda conn: conn.execute(query).first())
         if row is None:
             return None
         return GoalLock(row.session_key, row.goal, tuple(row.constraints), row.reason)
@@ -88,13 +88,13 @@ class PlanRepository(RepositoryBase):
         return None if row is None else _question(row)
 
     async def pending_question(self, session_key: str) -> Question | None:
-        async with self._tx() as s:
-            row = await s.scalar(
-                select(QuestionModel)
-                .where(QuestionModel.session_key == session_key, QuestionModel.state == "pending")
-                .order_by(QuestionModel.created_at.desc())
-                .limit(1)
-            )
+        query = (
+            select(*QuestionModel.__table__.columns)
+            .where(QuestionModel.session_key == session_key, QuestionModel.state == "pending")
+            .order_by(QuestionModel.created_at.desc())
+            .limit(1)
+        )
+        row = await self._transact(lambda conn: conn.execute(query).first())
         return None if row is None else _question(row)
 
     async def close_question(
@@ -150,7 +150,7 @@ class PlanRepository(RepositoryBase):
             return [_worker(r) for r in rows]
 
 
-def _question(row: QuestionModel) -> Question:
+def _question(row: Any) -> Question:
     return Question(
         row.id, row.session_key, row.run_id, row.addressee, row.text, tuple(row.options), row.call_id,
         row.state, row.answer, row.answered_by, row.created_at,  # type: ignore[arg-type]
