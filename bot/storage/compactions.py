@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from agent_core.compaction import CompactionRecord
@@ -18,7 +18,20 @@ def _epoch_of(session_key: str):  # noqa: ANN202 — a scalar subquery
     return func.coalesce(select(SessionModel.epoch).where(SessionModel.key == session_key).scalar_subquery(), 0)
 
 
-_COMPACTIONS = CompactionModel.__table__.columns
+# Built once (read at a session's first run): the newest attempt, and the newest success.
+_OF_EPOCH = (
+    select(*CompactionModel.__table__.columns)
+    .where(
+        CompactionModel.session_key == bindparam("session_key"),
+        CompactionModel.epoch
+        == func.coalesce(
+            select(SessionModel.epoch).where(SessionModel.key == bindparam("session_key")).scalar_subquery(), 0
+        ),
+    )
+    .order_by(CompactionModel.id.desc())
+)
+_LATEST_ATTEMPT = _OF_EPOCH.limit(1)
+_LATEST_OK = _OF_EPOCH.where(CompactionModel.ok.is_(True)).limit(1)
 
 
 def _record(row: Any) -> CompactionRecord:
@@ -34,17 +47,10 @@ class CompactionRepository(RepositoryBase):
         if session_key in self._no_compactions:
             return None, None  # none ever saved: a new epoch only has fewer
         ticket = self._no_compactions.ticket()
-        query = (
-            select(*_COMPACTIONS)
-            .where(CompactionModel.session_key == session_key, CompactionModel.epoch == _epoch_of(session_key))
-            .order_by(CompactionModel.id.desc())
-        )
-
         def body(conn: Connection) -> tuple[Any, Any]:
-            attempt = conn.execute(query.limit(1)).first()
-            latest = attempt if attempt is None or attempt.ok else conn.execute(
-                query.where(CompactionModel.ok.is_(True)).limit(1)
-            ).first()
+            params = {"session_key": session_key}
+            attempt = conn.execute(_LATEST_ATTEMPT, params).first()
+            latest = attempt if attempt is None or attempt.ok else conn.execute(_LATEST_OK, params).first()
             return latest, attempt
 
         latest, attempt = await self._transact(body)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 
 from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import GroupMessageModel
 from bot.storage.records import GroupMessage
 
 GROUP_BUFFER_SIZE = 50
+
+_NEWEST = (
+    select(*GroupMessageModel.__table__.columns)
+    .where(GroupMessageModel.session_key == bindparam("session_key"))
+    .order_by(GroupMessageModel.id.desc())
+    .limit(bindparam("limit"))
+)
 
 
 class GroupContextRepository(RepositoryBase):
@@ -53,13 +60,8 @@ class GroupContextRepository(RepositoryBase):
         if session_key in self._no_group_messages:
             return []  # nothing buffered since the last read found none (or a clear)
         ticket = self._no_group_messages.ticket()
-        query = (
-            select(*GroupMessageModel.__table__.columns)
-            .where(GroupMessageModel.session_key == session_key)
-            .order_by(GroupMessageModel.id.desc())
-            .limit(limit)
-        )
-        rows = await self._transact(lambda conn: conn.execute(query).all())
+        params = {"session_key": session_key, "limit": limit}
+        rows = await self._transact(lambda conn: conn.execute(_NEWEST, params).all())
         if not rows and limit > 0:
             self._no_group_messages.mark(session_key, ticket)
         return [GroupMessage(m.session_key, m.sender, m.text, m.at) for m in reversed(rows)]

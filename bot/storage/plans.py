@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 
 from agent_core.plans import GoalLock, Plan, Step
 from agent_core.questions import Question, QuestionState
@@ -15,6 +15,24 @@ from agent_core.text import clean_json, clean_text
 from agent_core.workers import WorkerRecord, WorkerStatus
 from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import GoalLockModel, PlanModel, QuestionModel, WorkerRunModel
+
+
+# A session's reads at its first run, built once with bound parameters.
+_KEY = bindparam("session_key")
+_LATEST_PLAN = (
+    select(*PlanModel.__table__.columns)
+    .where(PlanModel.session_key == _KEY)
+    .order_by(PlanModel.updated_at.desc(), PlanModel.created_at.desc())
+    .limit(1)
+)
+_ACTIVE_PLAN = _LATEST_PLAN.where(PlanModel.state == "active")
+_GOAL_LOCK = select(*GoalLockModel.__table__.columns).where(GoalLockModel.session_key == _KEY)
+_PENDING_QUESTION = (
+    select(*QuestionModel.__table__.columns)
+    .where(QuestionModel.session_key == _KEY, QuestionModel.state == "pending")
+    .order_by(QuestionModel.created_at.desc())
+    .limit(1)
+)
 
 
 class PlanRepository(RepositoryBase):
@@ -38,11 +56,8 @@ class PlanRepository(RepositoryBase):
         return await self._plan(session_key, active=False)
 
     async def _plan(self, session_key: str, *, active: bool) -> Plan | None:
-        query = select(*PlanModel.__table__.columns).where(PlanModel.session_key == session_key)
-        if active:
-            query = query.where(PlanModel.state == "active")
-        query = query.order_by(PlanModel.updated_at.desc(), PlanModel.created_at.desc()).limit(1)
-        row = await self._transact(lambda conn: conn.execute(query).first())
+        query = _ACTIVE_PLAN if active else _LATEST_PLAN
+        row = await self._transact(lambda conn: conn.execute(query, {"session_key": session_key}).first())
         if row is None:
             return None
         return Plan(
@@ -53,8 +68,7 @@ class PlanRepository(RepositoryBase):
     # -- goal locks ------------------------------------------------------------------------
 
     async def goal_lock(self, session_key: str) -> GoalLock | None:
-        query = select(*GoalLockModel.__table__.columns).where(GoalLockModel.session_key == session_key)
-        row = await self._transact(lambda conn: conn.execute(query).first())
+        row = await self._transact(lambda conn: conn.execute(_GOAL_LOCK, {"session_key": session_key}).first())
         if row is None:
             return None
         return GoalLock(row.session_key, row.goal, tuple(row.constraints), row.reason)
@@ -88,13 +102,7 @@ class PlanRepository(RepositoryBase):
         return None if row is None else _question(row)
 
     async def pending_question(self, session_key: str) -> Question | None:
-        query = (
-            select(*QuestionModel.__table__.columns)
-            .where(QuestionModel.session_key == session_key, QuestionModel.state == "pending")
-            .order_by(QuestionModel.created_at.desc())
-            .limit(1)
-        )
-        row = await self._transact(lambda conn: conn.execute(query).first())
+        row = await self._transact(lambda conn: conn.execute(_PENDING_QUESTION, {"session_key": session_key}).first())
         return None if row is None else _question(row)
 
     async def close_question(
