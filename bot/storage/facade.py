@@ -51,7 +51,8 @@ class Storage(
     Lifecycle: `storage = await Storage.open(url)` (creates the engine and migrates to head),
     then `await storage.aclose()` — or `async with await Storage.open(url) as storage:`.
     Any method called after `aclose()` raises StorageClosed. The instance is safe to share
-    between tasks: each method runs its own short transaction on a pooled connection.
+    between tasks: each method runs its own short transaction (the hot path's on the writer
+    of bot.storage.writer, the rest on a pooled connection).
     """
 
     @classmethod
