@@ -145,8 +145,9 @@ async def test_a_transaction_in_flight_at_close_does_not_hold_the_write_lock_aft
 
 
 async def test_a_transaction_queued_at_close_is_refused_not_run_after_aclose_returned(tmp_path: Path) -> None:
-    """A `_tx` waiting for the serial lock when aclose() ran used to begin afterwards, on a
-    fresh connection of the already disposed pool that nothing ever closes."""
+    """A `_tx` already waiting for the serial lock when aclose() began still began its
+    transaction once the lock was free: a write after close (with a transaction in flight at
+    close, even after aclose() had returned)."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'roost.db'}"
     storage = await Storage.open(url)
     assert storage._serial is not None
