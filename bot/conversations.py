@@ -7,11 +7,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapters.base import Adapter, Button, ButtonAnswer, Delivery
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from bot.scheduling.runs import JobRuns
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_INBOUND_CHARS = 50_000
 KEPT_NOTICE = "⏳ I'm restarting; I'll answer what you sent as soon as I'm back."
@@ -130,6 +131,8 @@ class Conversations:
         """Cleared while a start-up backlog waits: new messages queue behind it."""
         self._replayed.set()
         self._closing = False
+        self._finishing: set[asyncio.Task[Any]] = set()
+        """A run's closing work, shielded from its cancellation; `aclose` waits for it."""
         self.jobs: JobRuns | None = None
         """Scheduled jobs' run hooks (set by bot.app)."""
         self.questions: QuestionDesk | None = None
@@ -415,13 +418,22 @@ class Conversations:
         finally:
             self.run_starters.pop(key, None)
             if self.workers is not None:  # a stopped or finished run takes its workers along
-                await asyncio.shield(self.workers.cancel_run(request.run_id))
-            await asyncio.shield(self._finish(sink, key, items, outcome, cancelled))
+                await self._shielded(self.workers.cancel_run(request.run_id))
+            await self._shielded(self._finish(sink, key, items, outcome, cancelled))
             self.metrics.finish_later(request.run_id, meter, owner_notifier(self.adapters, self.router))
             if last.job is not None and self.jobs is not None and not (cancelled and self._closing):
-                await asyncio.shield(
+                await self._shielded(
                     self.jobs.finished(last.job, sink, request.run_id, outcome, cancelled, adapter, target)
                 )
+
+    async def _shielded(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run `work` to its end even if the caller is cancelled (a stopped run still closes
+        its reply and stores its outcome); owned here, so shutdown waits for it before the
+        database closes."""
+        task = asyncio.ensure_future(work)
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+        return await asyncio.shield(task)
 
     async def _finish(
         self, sink: Any, key: str, items: list[Pending], outcome: RunFinished | RunFailed | None, cancelled: bool
@@ -497,6 +509,8 @@ class Conversations:
             waiting[(inbound.platform, inbound.chat_id, inbound.thread_id)] = inbound
         for inbound in waiting.values():
             await self._notify(inbound, KEPT_NOTICE)
+        while self._finishing:  # stopped runs' replies closed and outcomes stored, first
+            await asyncio.gather(*list(self._finishing), return_exceptions=True)
         await self.metrics.settle()  # stored before the database closes
 
 

@@ -91,3 +91,25 @@ async def test_restart_mid_stream_marks_the_cut_off_message_in_place(
         assert len(new) == 1 and new[0].startswith("I was restarted while working on: tell me a long story")
         assert len(fake_api.requests) == 1  # and the question was not answered twice
         assert not await h.app.storage.unfinished_deliveries()
+
+
+
+async def test_shutdown_while_a_finished_runs_reply_closes_never_closes_the_database_under_it(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic, caplog
+) -> None:
+    """The run has ended but its reply is still closing (the last edit waits for its pace slot,
+    ~1 s) when the process stops. That closing work is shielded from the stop; shutdown must
+    wait for it before the database closes, or the reply's records are lost (and the next
+    start marks a complete answer as cut off)."""
+    story = prose(600)
+    fake_api.script(Reply(Text(story, chunk_size=50)))
+    async with running(tmp_path, tg, fake_api) as h:
+        tg.send_private(OWNER, "tell me a long story")
+        await h.bot_text(OWNER, lambda t: bool(t))  # the first part is out; the rest waits ~1 s
+        while await h.app.storage.runs_left_running():  # the run itself has ended
+            await asyncio.sleep(0.01)  # timing-ok: polling a condition, bounded by the test timeout
+    failed = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert failed == []
+    assert tg.bot_messages(OWNER)[-1].text == render_markdown(story).text  # the whole answer
+    async with running(tmp_path, tg, fake_api) as h:
+        assert not await h.app.storage.unfinished_deliveries()

@@ -102,8 +102,11 @@ class RepositoryBase:
         if self._closed:
             raise StorageClosed("storage is closed")
         with _values_refused_as_value_error():
-            async with self._serial or contextlib.nullcontext(), self._sessionmaker() as session, session.begin():
-                yield session
+            async with self._serial or contextlib.nullcontext():
+                if self._closed:  # closed while this waited for its turn
+                    raise StorageClosed("storage is closed")
+                async with self._sessionmaker() as session, session.begin():
+                    yield session
 
     async def _transact(self, body: TxBody[T]) -> T:
         """One transaction as a synchronous body of Core statements, run in one hop

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Sequence
 from types import TracebackType
 
@@ -130,7 +132,10 @@ class Storage(
             return
         self._closed = True
         await self._runner.aclose()
-        await self._engine.dispose()
+        # A transaction on the pool still in flight ends first: disposing does not close a
+        # checked-out connection, which would hold SQLite's write lock past our return.
+        async with self._serial or contextlib.nullcontext():
+            await self._engine.dispose()
 
     async def __aenter__(self) -> Storage:
         return self

@@ -36,7 +36,8 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from bot.storage.engine import SQLITE_BUSY_TIMEOUT_MS, is_memory_sqlite
+from bot.storage import engine as storage_engine
+from bot.storage.engine import is_memory_sqlite
 
 T = TypeVar("T")
 TxBody = Callable[[Connection], T]
@@ -134,6 +135,14 @@ class ThreadRunner:
             return [(False, exc)] * len(bodies)
 
     def _in_transaction(self, bodies: list[TxBody[Any]]) -> list[Outcome]:
+        try:
+            return self._run_bodies(bodies)
+        except Exception:
+            raise
+        except BaseException as exc:  # not an Exception: `conn.begin()` rolled back every body
+            raise RuntimeError(f"transaction rolled back: a body raised {exc!r}") from exc
+
+    def _run_bodies(self, bodies: list[TxBody[Any]]) -> list[Outcome]:
         if self._conn is None:
             self._conn = self._engine.connect()
         conn = self._conn
@@ -180,6 +189,10 @@ def _deliver(batch: list[tuple[TxBody[Any], asyncio.Future[Any]]], outcomes: lis
             continue  # its caller was cancelled meanwhile
         if ok:
             result.set_result(value)
+        elif isinstance(value, StopIteration):  # a Future refuses it (as PEP 479 does)
+            error = RuntimeError("transaction body raised StopIteration")
+            error.__cause__ = value
+            result.set_exception(error)
         else:
             result.set_exception(value)
 
@@ -201,7 +214,7 @@ def _sqlite_sync_engine(url: URL) -> Engine:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # transactions are begun by the hook below
         for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON",
-                       f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}"):
+                       f"busy_timeout={storage_engine.SQLITE_BUSY_TIMEOUT_MS}"):
             dbapi_connection.execute(f"PRAGMA {pragma}")
 
     @event.listens_for(engine, "begin")
