@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert
 from sqlalchemy.engine import Connection
 
 from bot.storage import Storage
@@ -19,29 +19,9 @@ from bot.storage.models import NoticeSentModel
 from bot.storage.records import StorageClosed
 from bot.storage.writer import ThreadRunner
 from tests.storage_fixtures import FakeClock
+from tests.test_storage_writer import _note, _refs, storage  # noqa: F401  (fixture)
 
 _NOTICES = NoticeSentModel.__table__
-
-
-def _note(ref: str) -> Any:
-    def body(conn: Connection) -> str:
-        conn.execute(insert(_NOTICES).values(kind="test", ref=ref, sent_at=FakeClock().now))
-        return ref
-
-    return body
-
-
-async def _refs(storage: Storage) -> set[str]:
-    async with storage._tx() as s:
-        return set(await s.scalars(select(NoticeSentModel.ref).where(NoticeSentModel.kind == "test")))
-
-
-@pytest.fixture
-async def storage(tmp_path: Path) -> Any:
-    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path / 'roost.db'}")
-    assert isinstance(storage._runner, ThreadRunner)
-    yield storage
-    await storage.aclose()
 
 
 async def _queued_together(storage: Storage, *bodies: Any) -> list[Any]:
