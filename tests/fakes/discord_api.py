@@ -17,6 +17,7 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
 - a send with `enforce_nonce` and a nonce already used in the channel returns the first
   message instead of posting again (Discord's idempotent send).
 Every REST call is recorded (`calls`). The server runs aiohttp in its own thread and loop.
+The REST routes live in tests/fakes/discord_rest.py (a mixin); the gateway and the world here.
 """
 
 from __future__ import annotations
@@ -31,25 +32,17 @@ from typing import Any, TypeVar
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.discord_rest import EPHEMERAL, DiscordRest, _RateLimit
 from tests.fakes.discord_state import Call, Channel, Interaction, State, StoredMessage, iso_now, snowflake
 
 T = TypeVar("T")
 
 API_PREFIX = "/api/v10"
-MAX_CONTENT = 2000
-EPHEMERAL = 64
 INTENT_GUILD_MESSAGES = 1 << 9
 INTENT_DIRECT_MESSAGES = 1 << 12
 INTENT_MESSAGE_CONTENT = 1 << 15
 FLAG_MESSAGE_CONTENT = 1 << 19
 FLAG_MESSAGE_CONTENT_LIMITED = 1 << 18
-
-
-@dataclass
-class _RateLimit:
-    method: str
-    path_prefix: str
-    retry_after: float
 
 
 @dataclass
@@ -61,18 +54,7 @@ class _Session:
     ws: web.WebSocketResponse | None = None
 
 
-class DiscordError(Exception):
-    def __init__(self, status: int, code: int, message: str, errors: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.errors = status, code, errors
-
-
-def _form_error(field_name: str, message: str) -> DiscordError:
-    errors = {field_name: {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": message}]}}
-    return DiscordError(400, 50035, "Invalid Form Body", errors)
-
-
-class FakeDiscord:
+class FakeDiscord(DiscordRest):
     """See the module docstring. Use as a context manager (starts and stops the server)."""
 
     def __init__(
@@ -476,267 +458,9 @@ class FakeDiscord:
                 "system_channel_flags": 0,
             }
 
-    # -- REST ------------------------------------------------------------------------
-
-    async def _rest(self, request: web.Request) -> web.StreamResponse:
-        path = "/" + request.match_info["tail"]
-        body = await _body(request)
-        open_route = path.startswith(("/interactions/", "/webhooks/"))
-        authorized = request.headers.get("Authorization") == f"Bot {self.token}"
-        status, headers, payload = 200, {}, None
-        try:
-            if not open_route and not authorized:
-                raise DiscordError(401, 0, "401: Unauthorized")
-            limit = self._take_rate_limit(request.method, path)
-            if limit is not None:
-                status = 429
-                headers = {
-                    "Retry-After": str(max(1, int(limit.retry_after + 0.999))),
-                    "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
-                    "X-RateLimit-Reset-After": f"{limit.retry_after:.3f}",
-                    "X-RateLimit-Bucket": "fake-bucket", "X-RateLimit-Scope": "user",
-                    "Via": "1.1 google",  # discord.py treats a 429 without it as a Cloudflare ban
-                }
-                payload = {"message": "You are being rate limited.", "retry_after": limit.retry_after, "global": False}
-            else:
-                with self.state.cond:
-                    payload = self._route(request.method, path, body, request.query)
-                if payload is None:
-                    status = 204
-        except DiscordError as exc:
-            status = exc.status
-            payload = {"message": str(exc), "code": exc.code}
-            if exc.errors:
-                payload["errors"] = exc.errors
-        with self.state.cond:
-            self.state.calls.append(Call(request.method, path, body, status, time.monotonic(), authorized))
-        self.state.changed()
-        if status < 300 and self._take_loss(request.method, path):
-            assert request.transport is not None
-            request.transport.close()  # done, but the answer never arrives
-            raise web.HTTPInternalServerError()  # not sent: the connection is gone
-        if status == 204:
-            return web.Response(status=204, headers=headers)
-        # Exactly "application/json", as Discord sends it (discord.py compares the header).
-        return web.Response(
-            body=json.dumps(payload).encode(), status=status,
-            headers={**headers, "Content-Type": "application/json"},
-        )
-
-    def _take_loss(self, method: str, path: str) -> bool:
-        with self.state.cond:
-            for loss in self._lose:
-                if loss[0] == method and path.startswith(loss[1]):
-                    self._lose.remove(loss)
-                    return True
-        return False
-
-    def _take_rate_limit(self, method: str, path: str) -> _RateLimit | None:
-        with self.state.cond:
-            for limit in self._rate_limits:
-                if limit.method == method and path.startswith(limit.path_prefix):
-                    self._rate_limits.remove(limit)
-                    return limit
-        return None
-
-    def _route(self, method: str, path: str, body: dict[str, Any], query: Any) -> Any:  # noqa: C901, PLR0911
-        parts = path.strip("/").split("/")
-        s = self.state
-        match method, parts:
-            case "GET", ["users", "@me"]:
-                return s.user_payload(self.bot_id)
-            case "GET", ["oauth2", "applications", "@me"]:
-                return self._app_info()
-            case "GET", ["gateway", "bot"]:
-                return {"url": self.gateway_url, "shards": 1,
-                        "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}}
-            case "GET", ["gateway"]:
-                return {"url": self.gateway_url}
-            case "PUT", ["applications", _, "commands"] | ["applications", _, "guilds", _, "commands"]:
-                s.commands = [
-                    {**c, "id": snowflake(), "application_id": self.application_id, "version": snowflake()}
-                    for c in body.get("_list", [])
-                ]
-                return s.commands
-            case "POST", ["users", "@me", "channels"]:
-                recipient = str(body.get("recipient_id"))
-                if recipient not in s.users or recipient == self.bot_id:
-                    raise DiscordError(400, 10013, "Unknown User")
-                return s.channel_payload(s.channels[self.dm_channel(recipient)])
-            case "GET", ["channels", cid]:
-                return s.channel_payload(self._channel(cid))
-            case "POST", ["channels", cid, "typing"]:
-                self._channel(cid)
-                return None
-            case "POST", ["channels", cid, "messages"]:
-                self._channel(cid)
-                return s.message_payload(self._create(cid, body))
-            case "GET", ["channels", cid, "messages"]:
-                limit = int(query.get("limit", 50))
-                mine = [s.messages[m] for m in s.order if s.messages[m].channel_id == cid and not s.messages[m].deleted]
-                return [s.message_payload(m) for m in reversed(mine[-limit:])]
-            case "GET", ["channels", cid, "messages", mid]:
-                return s.message_payload(self._message(cid, mid))
-            case "PATCH", ["channels", cid, "messages", mid]:
-                message = self._message(cid, mid)
-                if message.author_id != self.bot_id:
-                    raise DiscordError(403, 50005, "Cannot edit a message authored by another user")
-                return s.message_payload(self._edit(message, body))
-            case "DELETE", ["channels", cid, "messages", mid]:
-                self._message(cid, mid).deleted = True
-                return None
-            case "POST", ["interactions", iid, token, "callback"]:
-                return self._callback(iid, token, body)
-            case "PATCH", ["webhooks", _, token, "messages", "@original"]:
-                return self._edit_original(token, body)
-            case "POST", ["webhooks", _, token]:
-                return self._followup(token, body)
-        raise DiscordError(404, 0, f"404: Not Found ({method} {path})")
-
-    def _app_info(self) -> dict[str, Any]:
-        return {
-            "id": self.application_id, "name": "roost", "description": "", "icon": None,
-            "bot_public": False, "bot_require_code_grant": False,
-            "owner": self.state.user_payload(self.bot_id), "verify_key": "00", "flags": self._app_flags(),
-            "summary": "", "team": None, "interactions_endpoint_url": None,
-        }
-
-    def _channel(self, cid: str) -> Channel:
-        channel = self.state.channels.get(cid)
-        if channel is None:
-            raise DiscordError(404, 10003, "Unknown Channel")
-        return channel
-
-    def _message(self, cid: str, mid: str) -> StoredMessage:
-        message = self.state.messages.get(mid)
-        if message is None or message.channel_id != cid or message.deleted:
-            raise DiscordError(404, 10008, "Unknown Message")
-        return message
-
-    def _validate(self, body: dict[str, Any]) -> None:
-        content = body.get("content")
-        if content is not None and len(content) > MAX_CONTENT:
-            raise _form_error("content", f"Must be {MAX_CONTENT} or fewer in length.")
-        rows = body.get("components") or []
-        if len(rows) > 5:
-            raise _form_error("components", "Must be 5 or fewer in length.")
-        for n, row in enumerate(rows):
-            buttons = row.get("components", [])
-            if len(buttons) > 5:
-                raise _form_error(f"components.{n}.components", "Must be 5 or fewer in length.")
-            for b in buttons:
-                if len(b.get("custom_id", "")) > 100:
-                    raise _form_error(f"components.{n}.custom_id", "Must be 100 or fewer in length.")
-                if len(b.get("label", "")) > 80:
-                    raise _form_error(f"components.{n}.label", "Must be 80 or fewer in length.")
-
-    def _create(self, cid: str, body: dict[str, Any], flags: int = 0) -> StoredMessage:
-        self._validate(body)
-        files = body.get("_files", [])
-        if not body.get("content") and not body.get("components") and not files and not body.get("embeds"):
-            raise DiscordError(400, 50006, "Cannot send an empty message")
-        nonce = body.get("nonce")
-        if nonce and body.get("enforce_nonce"):  # Discord answers a repeated nonce with the first message
-            same = next((m for m in self.state.messages.values() if m.channel_id == cid and m.nonce == str(nonce)), None)
-            if same is not None:
-                return same
-        ref = (body.get("message_reference") or {}).get("message_id")
-        message = StoredMessage(
-            snowflake(), cid, self.bot_id, body.get("content") or "",
-            components=body.get("components") or [],
-            attachments=[{"id": snowflake(), "filename": f["filename"], "size": len(f["data"]),
-                          "url": "http://127.0.0.1/x", "proxy_url": "http://127.0.0.1/x", "data": f["data"]}
-                         for f in files],
-            allowed_mentions=body.get("allowed_mentions"),
-            flags=flags | int(body.get("flags") or 0),
-            reference=str(ref) if ref else None,
-            nonce=str(nonce) if nonce else None,
-        )
-        self.state.messages[message.id] = message
-        self.state.order.append(message.id)
-        return message
-
-    def _edit(self, message: StoredMessage, body: dict[str, Any]) -> StoredMessage:
-        self._validate(body)
-        if "content" in body:
-            message.content = body["content"] or ""
-        if "components" in body:
-            message.components = body["components"] or []
-        message.allowed_mentions = body.get("allowed_mentions", message.allowed_mentions)
-        message.edits += 1
-        return message
-
-    def _interaction_by_token(self, token: str) -> Interaction:
-        found = next((i for i in self.state.interactions.values() if i.token == token), None)
-        if found is None:
-            raise DiscordError(404, 10015, "Unknown Webhook")
-        return found
-
-    def _callback(self, iid: str, token: str, body: dict[str, Any]) -> dict[str, Any]:
-        interaction = self.state.interactions.get(iid)
-        if interaction is None or interaction.token != token:
-            raise DiscordError(404, 10062, "Unknown interaction")
-        if time.monotonic() - interaction.created > self.interaction_deadline_s:
-            interaction.rejected.append(10062)
-            raise DiscordError(404, 10062, "Unknown interaction")
-        if interaction.acknowledged:
-            interaction.rejected.append(40060)
-            raise DiscordError(400, 40060, "Interaction has already been acknowledged.")
-        kind, data = int(body["type"]), body.get("data") or {}
-        result: dict[str, Any] = {"interaction": {
-            "id": iid, "type": 3 if interaction.message_id else 2,
-            "response_message_loading": kind == 5,
-            "response_message_ephemeral": bool(int(data.get("flags") or 0) & EPHEMERAL),
-        }}
-        message: StoredMessage | None = None
-        if kind == 4:
-            message = self._create(interaction.channel_id, data)
-            interaction.followups.append({"content": message.content, "flags": message.flags, "id": message.id})
-        elif kind == 7 and interaction.message_id:
-            message = self._edit(self.state.messages[interaction.message_id], data)
-        interaction.responses.append({"type": kind, "data": data})
-        if message is not None:
-            result["interaction"]["response_message_id"] = message.id
-            result["resource"] = {"type": kind, "message": self.state.message_payload(message)}
-        return result
-
-    def _edit_original(self, token: str, body: dict[str, Any]) -> dict[str, Any]:
-        interaction = self._interaction_by_token(token)
-        if not interaction.acknowledged:
-            raise DiscordError(404, 10008, "Unknown Message")
-        if interaction.message_id is not None and interaction.responses[0]["type"] in (6, 7):
-            return self.state.message_payload(self._edit(self.state.messages[interaction.message_id], body))
-        return self._followup(token, body)
-
-    def _followup(self, token: str, body: dict[str, Any]) -> dict[str, Any]:
-        interaction = self._interaction_by_token(token)
-        if not interaction.acknowledged:
-            raise DiscordError(404, 10015, "Unknown Webhook")
-        message = self._create(interaction.channel_id, body)
-        interaction.followups.append({"content": message.content, "flags": message.flags, "id": message.id})
-        return self.state.message_payload(message)
-
 
 def _user(user_id: str, name: str, *, bot: bool = False) -> dict[str, Any]:
     return {
         "id": user_id, "username": name, "global_name": name.title(), "discriminator": "0",
         "avatar": None, "bot": bot, "public_flags": 0,
     }
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    """JSON body, or a multipart form's payload_json plus its files (`_files`)."""
-    if request.content_type == "application/json":
-        data = await request.json()
-        return data if isinstance(data, dict) else {"_list": data}
-    if request.content_type.startswith("multipart/"):
-        out: dict[str, Any] = {"_files": []}
-        reader = await request.multipart()
-        async for part in reader:
-            raw = await part.read()  # type: ignore[union-attr]
-            if part.name == "payload_json":  # type: ignore[union-attr]
-                out.update(json.loads(raw))
-            else:
-                out["_files"].append({"filename": part.filename, "data": raw.decode(errors="replace")})  # type: ignore[union-attr]
-        return out
-    return {}
