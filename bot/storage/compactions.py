@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from agent_core.compaction import CompactionRecord
 from agent_core.text import clean_text
 from bot.storage.base import RepositoryBase
-from bot.storage.models import CompactionModel, MessageModel, SessionModel
-
-
-def _epoch_of(session_key: str):  # noqa: ANN202 — a scalar subquery
-    return func.coalesce(select(SessionModel.epoch).where(SessionModel.key == session_key).scalar_subquery(), 0)
+from bot.storage.models import CompactionModel, MessageModel
+from bot.storage.sessions import EPOCH_OF_SESSION_KEY, current_epoch
 
 
 # Built once (read at a session's first run): the newest attempt, and the newest success.
@@ -23,10 +20,7 @@ _OF_EPOCH = (
     select(*CompactionModel.__table__.columns)
     .where(
         CompactionModel.session_key == bindparam("session_key"),
-        CompactionModel.epoch
-        == func.coalesce(
-            select(SessionModel.epoch).where(SessionModel.key == bindparam("session_key")).scalar_subquery(), 0
-        ),
+        CompactionModel.epoch == EPOCH_OF_SESSION_KEY,
     )
     .order_by(CompactionModel.id.desc())
 )
@@ -68,7 +62,7 @@ class CompactionRepository(RepositoryBase):
 
     async def _save_compaction(self, record: CompactionRecord) -> None:
         async with self._tx() as s:
-            epoch = await s.scalar(select(_epoch_of(record.session_key)))
+            epoch = await s.scalar(select(current_epoch(record.session_key)))
             covered_id = None
             if record.covered > 0:
                 covered_id = await s.scalar(

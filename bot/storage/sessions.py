@@ -36,7 +36,7 @@ def _session_row(m: Any) -> SessionRow:
     )
 
 
-def _current_epoch(session_key: str) -> Any:
+def current_epoch(session_key: str) -> Any:
     """Scalar subquery: the session's epoch, or 0 when the session has no row yet."""
     return func.coalesce(
         select(SessionModel.epoch).where(SessionModel.key == session_key).scalar_subquery(), 0
@@ -46,12 +46,13 @@ def _current_epoch(session_key: str) -> Any:
 # The statements of every run, built once with bound parameters: building and caching a
 # fresh SQLAlchemy statement per call cost more CPU than executing it.
 _MESSAGES = MessageModel.__table__.c
-_EPOCH_OF_KEY = func.coalesce(
+# The current epoch of the session bound as :session_key (0 before its row exists).
+EPOCH_OF_SESSION_KEY = func.coalesce(
     select(SessionModel.epoch).where(SessionModel.key == bindparam("session_key")).scalar_subquery(), 0
 )
 _INSERT_MESSAGE = insert(MessageModel).values(
     session_key=bindparam("session_key"),
-    epoch=_EPOCH_OF_KEY,
+    epoch=EPOCH_OF_SESSION_KEY,
     run_id=bindparam("run_id"),
     role=bindparam("role"),
     content=bindparam("content", type_=_MESSAGES.content.type),
@@ -59,7 +60,7 @@ _INSERT_MESSAGE = insert(MessageModel).values(
 )
 _SELECT_TRANSCRIPT = (
     select(MessageModel.role, MessageModel.content)
-    .where(MessageModel.session_key == bindparam("session_key"), MessageModel.epoch == _EPOCH_OF_KEY)
+    .where(MessageModel.session_key == bindparam("session_key"), MessageModel.epoch == EPOCH_OF_SESSION_KEY)
     .order_by(MessageModel.id)
 )
 
@@ -179,7 +180,7 @@ class SessionRepository(RepositoryBase):
         self, session_key: str, *, epoch: int | None = None
     ) -> list[TranscriptRow]:
         """Stored rows of one epoch (default: the current one), in insertion order."""
-        wanted = _current_epoch(session_key) if epoch is None else epoch
+        wanted = current_epoch(session_key) if epoch is None else epoch
         async with self._tx() as s:
             rows = await s.scalars(
                 select(MessageModel)
