@@ -282,6 +282,20 @@ def test_text_approved_for_main_is_not_served_to_a_group(
         assert _read(tmp_path, "USER.md", group, "head", real_root, cache=cache) is None
 
 
+def test_a_log_read_for_one_chat_is_not_served_to_another(tmp_path: Path, cache: ReadCache) -> None:
+    """Answers are shared by every access that `allows` the path: another chat is not one
+    of them for this chat's log."""
+    _populate(tmp_path)
+    real_root = os.path.realpath(tmp_path)
+    log = log_path(tmp_path, GROUP, NOW.date()).relative_to(tmp_path).as_posix()
+    group, other = Access(GROUP, "sub"), Access(OTHER_GROUP, "sub")
+    for _ in range(2):
+        text = _read(tmp_path, log, group, "tail", real_root, cache=cache)
+        assert text is not None and "GROUP_TODAY_TEXT" in text.text
+    for _ in range(2):
+        assert _read(tmp_path, log, other, "tail", real_root, cache=cache) is None
+
+
 def test_refused_file_is_refused_every_time(tmp_path: Path, cache: ReadCache) -> None:
     _populate(tmp_path)
     (tmp_path / "AGENTS.md").unlink()
@@ -423,6 +437,34 @@ def test_unchanged_files_are_served_without_opening_them(
         monkeypatch.setattr(context_module, name, refuse)
     for key, scope in (("main", Scope.MAIN), (GROUP, Scope.SUB)):
         assert build_context(tmp_path, key, scope, NOW, cache=cache) == first[key]
+
+
+def test_a_new_chats_first_prompt_takes_the_shared_files_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: ReadCache
+) -> None:
+    """The identity files and the skills listing read for one chat serve the next chat's
+    first prompt too (every new chat paid the slow path for them: bench/bench_core.py); only
+    that chat's own log goes through `confine`. (A racy listing is never stored: it is
+    listed again.)"""
+    _populate(tmp_path)
+    _group(tmp_path, cache)
+    confined: list[str] = []
+    real_confine = context_module.confine
+
+    def counting(root: Path, raw: str, *args: object, **kwargs: object) -> object:
+        confined.append(raw)
+        return real_confine(root, raw, *args, **kwargs)  # type: ignore[arg-type]
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the skills were listed again for an unchanged folder")
+
+    monkeypatch.setattr(context_module, "confine", counting)
+    if len(cache):  # texts are stored (not racy, when only approvals are): the listing too
+        for name in ("list_skills", "readable"):
+            monkeypatch.setattr(context_module, name, refuse)
+    text = _group(tmp_path, cache, OTHER_GROUP)
+    assert "AGENTS_V1" in text and "Check the forecast" in text and "CANARY_OTHER_GROUP" in text
+    assert confined == [log_path(tmp_path, OTHER_GROUP, NOW.date()).relative_to(tmp_path).as_posix()]
 
 
 @pytest.mark.parametrize("key,scope", [("main", Scope.MAIN), (GROUP, Scope.SUB)])

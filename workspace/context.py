@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path, PurePosixPath
@@ -228,12 +229,13 @@ def _read(
     if snap is None:  # a symlink, a hard link or an odd name: the slow path decides
         return _read_checked(root, rel, access, keep, real_root, upto)[0]
     key = (real_root, rel, keep, upto)
-    hit = cache.get(key, access, snap)
+    reader = _reader(access, rel)
+    hit = cache.get(key, reader, snap)
     if hit is not None:
         return hit
     text: _Text | None = None
     st: os.stat_result | None = None
-    if cache.approved((real_root, rel), access, snap):
+    if cache.approved((real_root, rel), reader, snap):
         text, st = _read_open(Path(real_root, rel), PurePosixPath(rel), keep, upto)
         if st is None or not snap.same_file(st):  # it changed since lstat: decide afresh
             text = st = None
@@ -241,7 +243,7 @@ def _read(
         text, st, checked = _read_checked(root, rel, access, keep, real_root, upto)
         if text is None or st is None or checked != rel or not snap.same_file(st):
             return text
-        cache.approve((real_root, rel), access, snap)
+        cache.approve((real_root, rel), reader, snap)
     if text is None or cache.racy(snap, now):
         return text  # today's log, just appended: not stored, so no need to look again
     try:
@@ -249,8 +251,26 @@ def _read(
     except Missing:
         unchanged = False
     if unchanged:
-        cache.put(key, access, snap, text, len(text.text), now)
+        cache.put(key, reader, snap, text, len(text.text), now)
     return text
+
+
+_ALLOWED = "allowed"
+"""The reader of a file every access that `allows` it shares (see `_reader`)."""
+
+
+def _reader(access: Access, rel: str) -> Hashable:
+    """Whom the cache's answers for `rel` are given to. The cache serves only a path with no
+    symlink on the way and a one-link file, where `confine`'s decision is `access.allows` on
+    that very path and the bytes do not depend on who asks: every access that allows it
+    shares one entry (a new chat's first prompt costs lstat calls, not the slow path). Any
+    other access is its own reader, which the slow path never approved."""
+    return _ALLOWED if _allows(access, rel) else access
+
+
+@functools.lru_cache(maxsize=4096)
+def _allows(access: Access, rel: str) -> bool:
+    return access.allows(PurePosixPath(rel), "read")
 
 
 def _read_checked(
@@ -303,19 +323,26 @@ def _skills(
     listing is reused (per access) while lstat says nothing in skills/ changed."""
     if cache is None:
         return _skills_checked(root, access, real_root)
-    key = (real_root, SKILLS_DIR, access)
     now = cache.now()
     try:
         snap = folder_snapshot(real_root, SKILLS_DIR, SKILL_FILE)
     except Missing:
         return ""  # no skills/ folder: list_skills finds nothing either
-    if snap is not None:
-        hit = cache.get(key, access, snap)
-        if hit is not None:
-            return hit.text
+    if snap is None:
+        return _skills_checked(root, access, real_root)
+    # The listing depends on the access only through `readable` per skill, which with no
+    # symlink anywhere in the folder is `allows` per SKILL.md: accesses that decide alike
+    # share one listing (as files share one text, see `_reader`).
+    decisions = tuple(
+        _allows(access, f"{SKILLS_DIR}/{name}/{SKILL_FILE}") for name, _, file in snap.entries if file is not None
+    )
+    key = (real_root, SKILLS_DIR, decisions)
+    hit = cache.get(key, decisions, snap)
+    if hit is not None:
+        return hit.text
     text = _skills_checked(root, access, real_root)
-    if snap is not None and folder_snapshot(real_root, SKILLS_DIR, SKILL_FILE) == snap:
-        cache.put(key, access, snap, _Text(text), len(text), now)
+    if folder_snapshot(real_root, SKILLS_DIR, SKILL_FILE) == snap:
+        cache.put(key, decisions, snap, _Text(text), len(text), now)
     return text
 
 

@@ -3,7 +3,9 @@ changed (workspace/context.py; built for every run, so it must be cheap).
 
 The slow path (`workspace.access.confine` + `open_regular`: a realpath walk, the access
 rules, the hard-link check, open, fstat, read) decides; this cache only remembers a text the
-slow path produced, for the accesses it produced it for, and serves it again only while:
+slow path produced, for the accesses it produced it for (the context builder names readers
+instead: every access that `allows` the path is one reader, see `workspace.context._reader`),
+and serves it again only while:
 
 - every directory between the real workspace root and the file is a real directory (lstat:
   not a symlink) with the same inode, mode, mtime and ctime as when the entry was filled;
