@@ -6,7 +6,9 @@ SQLite's write lock."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,9 @@ from sqlalchemy.engine import Connection
 
 from bot.storage import Storage
 from bot.storage import engine as storage_engine
+from bot.storage import writer
 from bot.storage.models import NoticeSentModel
-from bot.storage.writer import ThreadRunner
+from bot.storage.writer import SqliteRunner
 from tests.storage_fixtures import FakeClock
 
 _NOTICES = NoticeSentModel.__table__
@@ -43,7 +46,7 @@ async def _refs(storage: Storage) -> set[str]:
 @pytest.fixture
 async def storage(tmp_path: Path) -> Any:
     storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path / 'roost.db'}")
-    assert isinstance(storage._runner, ThreadRunner)
+    assert isinstance(storage._runner, SqliteRunner)
     yield storage
     await storage.aclose()
 
@@ -82,10 +85,13 @@ async def test_caller_cancelled_mid_body_does_not_release_the_write_lock_early(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cancelled caller must not let the next transaction start while its body still holds
-    the database in the writer thread: with a short busy timeout that next write would fail
-    with "database is locked"."""
+    the database in the runner's thread (where a batch runs while another process holds the
+    write lock): with a short busy timeout that next write would fail with "database is
+    locked"."""
     monkeypatch.setattr(storage_engine, "SQLITE_BUSY_TIMEOUT_MS", 50)
     storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path / 'roost.db'}")
+    assert isinstance(storage._runner, SqliteRunner)
+    storage._runner.on_loop_allowed = False  # a body that waits midway: only on the thread
     try:
         inside, release = threading.Event(), threading.Event()
 
@@ -130,3 +136,56 @@ async def test_closing_waits_for_queued_bodies(tmp_path: Path) -> None:
         assert await _refs(reopened) == {str(i) for i in range(5)}
     finally:
         await reopened.aclose()
+
+
+async def test_another_process_holding_the_write_lock_does_not_stall_the_event_loop(storage: Storage) -> None:
+    """Transactions run on the event loop: if BEGIN there waited out SQLite's busy timeout
+    while another process writes, every chat would stall with it. The batch goes to the
+    runner's thread instead, and the loop (here: the task that ends the other writer's
+    transaction) runs on."""
+    assert await storage._transact(_note("first")) == "first"  # connected: the loop's from now
+    runner = storage._runner
+    assert isinstance(runner, SqliteRunner) and runner._on_loop
+    other = sqlite3.connect(storage.engine.url.database, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO notices_sent (kind, ref, sent_at) VALUES ('test', 'other', '2026-01-01')")
+        waiting = asyncio.create_task(storage._transact(_note("after")))
+        started = time.monotonic()
+        for _ in range(20):
+            await asyncio.sleep(0)  # the loop turns: nothing on it is waiting for the lock
+        # A BEGIN waiting on the loop would hold it for the busy timeout (10 s).
+        assert time.monotonic() - started < storage_engine.SQLITE_BUSY_TIMEOUT_MS / 1000 / 4
+        assert not waiting.done()
+        other.execute("COMMIT")
+        async with asyncio.timeout(30):
+            assert await waiting == "after"
+    finally:
+        other.close()
+    assert await _refs(storage) == {"first", "other", "after"}
+
+
+async def test_the_wal_is_checkpointed_while_transactions_run_on_the_loop(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's automatic checkpoint (which fsyncs) is off on the loop's connection: without
+    the runner's own, the database file would never take in what the WAL holds."""
+    monkeypatch.setattr(writer, "CHECKPOINT_EVERY", 5)
+    await storage._transact(_note("connect"))
+    runner = storage._runner
+    assert isinstance(runner, SqliteRunner)
+    database = Path(storage.engine.url.database)
+    before = database.stat().st_size
+
+    def big(i: int) -> Any:
+        def body(conn: Connection) -> None:
+            conn.execute(insert(_NOTICES).values(kind="test", ref=f"{i}-" + "x" * 8000, sent_at=FakeClock().now))
+
+        return body
+
+    for i in range(12):
+        await storage._transact(big(i))
+    assert runner._checkpointing is not None
+    async with asyncio.timeout(30):
+        await runner._checkpointing
+    assert database.stat().st_size > before + 5 * 8000, "the WAL's pages reached the database file"

@@ -17,7 +17,7 @@ from bot.storage import Storage
 from bot.storage import engine as storage_engine
 from bot.storage.models import NoticeSentModel
 from bot.storage.records import StorageClosed
-from bot.storage.writer import ThreadRunner
+from bot.storage.writer import SqliteRunner
 from tests.storage_fixtures import FakeClock
 from tests.test_storage_writer import _note, _refs, storage  # noqa: F401  (fixture)
 
@@ -177,6 +177,8 @@ async def test_an_error_that_aborts_the_whole_batch_reports_every_body_failed(st
 async def test_committer_cancelled_mid_batch_leaves_no_lock_and_no_caller_waiting(storage: Storage) -> None:
     """At loop shutdown the group-commit task is cancelled while the thread runs a batch: the
     batch still ends (committed) before the lock is released, and every caller hears back."""
+    assert isinstance(storage._runner, SqliteRunner)
+    storage._runner.on_loop_allowed = False  # a body that waits midway: only on the thread
     inside, release = threading.Event(), threading.Event()
 
     def slow(conn: Connection) -> str:
@@ -190,7 +192,7 @@ async def test_committer_cancelled_mid_batch_leaves_no_lock_and_no_caller_waitin
     queued = asyncio.create_task(storage._transact(_note("queued")))
     await asyncio.sleep(0)
     runner = storage._runner
-    assert isinstance(runner, ThreadRunner) and runner._committer is not None
+    assert isinstance(runner, SqliteRunner) and runner._committer is not None
     runner._committer.cancel()
     await asyncio.sleep(0)
     assert storage._serial is not None and storage._serial.locked(), "held until the batch ends"
