@@ -17,6 +17,7 @@ the folder sits outside `memory/` so that it is never part of memory search.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from datetime import date, datetime
 from pathlib import Path
@@ -103,13 +104,24 @@ def append_entry(root: Path, session_key: str, now: datetime, text: str) -> Path
     The day and time are taken from `now` as given (pass an aware local time).
     """
     path = log_path(root, session_key, now.date())
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = text.strip() or "(empty)"
-    entry = f"\n### {now:%H:%M:%S}\n{body}\n"
-    with path.open("a", encoding="utf-8") as fh:
-        if fh.tell() == 0:
-            fh.write(f"# {now.date().isoformat()}\n")
-        fh.write(entry)
+    entry = f"\n### {now:%H:%M:%S}\n{body}\n".encode()
+    # os-level: one append per run of every chat, and a text-mode file object costs more
+    # than the write. The folders are made only when the open finds them missing.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    try:
+        if os.fstat(fd).st_size == 0:
+            entry = f"# {now.date().isoformat()}\n".encode() + entry
+        view = memoryview(entry)
+        while view:  # a regular file takes it whole unless the disk fills up
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
     return path
 
 
