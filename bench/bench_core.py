@@ -6,8 +6,8 @@ resident memory with 1,000 idle sessions. The model is an in-process LLMClient t
 at once, so the figures are Roost's own cost (storage writes included), not the network's;
 the anthropic SDK is therefore not imported here (it adds ~70 MB to a real process).
 The 1-session figure includes reloading a transcript that grows with every message.
-The CPU figure is this process's (all threads: the event loop and the SQLite writer) per
-message; on this shared 2-core machine it is steadier than messages/s.
+The CPU figure is this process's (all threads) per message; on this shared 2-core machine it
+is steadier than messages/s.
 """
 
 from __future__ import annotations

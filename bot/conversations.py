@@ -459,9 +459,9 @@ class Conversations:
         else:
             did = "ended without an answer"
         try:
-            await asyncio.to_thread(
-                append_run_entry, self.workspace, key, self._now(), items[-1].inbound.sender_name, asked, did
-            )
+            # On the loop: one small append (open, write, close; no fsync), like the reads the
+            # context builder makes there; a hop to a thread per run cost several times more.
+            append_run_entry(self.workspace, key, self._now(), items[-1].inbound.sender_name, asked, did)
         except OSError:
             log.exception("daily_log.write_failed", extra={"session": key})
 

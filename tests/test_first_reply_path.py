@@ -1,6 +1,6 @@
 """The first reply's path, update → model request, in storage round-trips: each is a whole
-transaction (one hand-off to the SQLite writer thread, BEGIN IMMEDIATE, statements, commit;
-a few ms each on a loaded machine), so the count is the latency."""
+transaction (a turn of the group-commit task, BEGIN IMMEDIATE, statements, commit; a few ms
+each on a loaded machine), so the count is the latency."""
 
 from __future__ import annotations
 

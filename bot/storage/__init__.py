@@ -10,8 +10,8 @@ satisfies `agent_core.ports.AgentStore` structurally::
 
 Modules:
     engine.py         create_engine(url): SQLite WAL/foreign keys/busy_timeout, PostgreSQL pool
-    writer.py         the hot path's transactions as synchronous bodies: one SQLite writer
-                      thread with group commit, or run_sync on the pool (PostgreSQL)
+    writer.py         the hot path's transactions as synchronous bodies: group commit on the
+                      event loop (file SQLite; waits go to its thread), or run_sync on the pool
     migrate.py        upgrade(engine) to head in code; head_revision(); current_revision()
     models.py         ORM models (private to this package); schema owned by bot/migrations
     records.py        frozen dataclasses returned by every method; the exception tree
