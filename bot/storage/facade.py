@@ -26,7 +26,7 @@ from bot.storage.migrate import upgrade
 from bot.storage.plans import PlanRepository
 from bot.storage.runs import RunRepository
 from bot.storage.records import SessionScope
-from bot.storage.sessions import SessionRepository, ensure_session_row, select_model_override
+from bot.storage.sessions import SessionRepository, insert_session_if_absent, select_model_override
 from bot.storage.usage import UsageRepository
 
 
@@ -95,7 +95,7 @@ class Storage(
 
         def body(conn: Connection) -> None:
             if not known:
-                ensure_session_row(conn, self._dialect, session_key, scope, platform, chat_id, now)
+                insert_session_if_absent(conn, self._dialect, session_key, scope, platform, chat_id, now)
             set_inbox_state(conn, [inbox_id], "queued", now, session_key=session_key)
 
         await self._transact(body)

@@ -6,6 +6,7 @@ databases (PostgreSQL refuses NUL) and for every later request (no lone surrogat
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from datetime import datetime
@@ -102,22 +103,45 @@ def ensure_session_row(
     known = select_session(conn, key)
     if known is not None:
         return known
-    conn.execute(
-        dialect_insert(dialect, SessionModel)
-        .values(
-            key=key,
-            scope=scope,
-            platform=platform,
-            chat_id=None if chat_id is None else clean_text(chat_id),
-            epoch=0,
-            created_at=now,
-            updated_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=["key"])
-    )
+    insert_session_if_absent(conn, dialect, key, scope, platform, chat_id, now)
     created = select_session(conn, key)
     assert created is not None
     return created
+
+
+def insert_session_if_absent(
+    conn: Connection, dialect: str, key: str, scope: SessionScope, platform: str | None, chat_id: str | None,
+    now: datetime,
+) -> None:
+    """Create the session unless it exists, inside the caller's transaction: one statement,
+    for callers that need the session to exist but not its row (a new chat's first message)."""
+    params = {
+        "key": key,
+        "scope": scope,
+        "platform": platform,
+        "chat_id": None if chat_id is None else clean_text(chat_id),
+        "now": now,
+    }
+    conn.execute(_insert_session(dialect), params)
+
+
+@functools.cache
+def _insert_session(dialect: str) -> Any:
+    """Built once per dialect: a statement built per call cost more than running it."""
+    columns = SessionModel.__table__.c
+    return (
+        dialect_insert(dialect, SessionModel)
+        .values(
+            key=bindparam("key"),
+            scope=bindparam("scope"),
+            platform=bindparam("platform"),
+            chat_id=bindparam("chat_id"),
+            epoch=0,
+            created_at=bindparam("now", type_=columns.created_at.type),
+            updated_at=bindparam("now", type_=columns.updated_at.type),
+        )
+        .on_conflict_do_nothing(index_elements=["key"])
+    )
 
 
 class SessionRepository(RepositoryBase):
