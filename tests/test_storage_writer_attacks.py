@@ -226,3 +226,21 @@ async def test_two_storages_on_one_file_wait_for_each_other_instead_of_failing(t
     finally:
         await one.aclose()
         await two.aclose()
+
+
+async def test_ctrl_c_inside_a_body_on_the_loop_is_not_swallowed_and_rolls_back(storage: Storage) -> None:
+    """On the loop a KeyboardInterrupt may land in any body: turned into a body's error (as on
+    the thread, where it cannot be the process's), the owner's Ctrl-C would vanish."""
+    assert await storage._transact(_note("connect")) == "connect"
+    runner = storage._runner
+    assert isinstance(runner, SqliteRunner) and runner._on_loop
+
+    def interrupted(conn: Connection) -> None:
+        _note("interrupted")(conn)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner._in_transaction([_note("a"), interrupted], wait=False)
+    assert runner._conn is not None and not runner._conn.connection.driver_connection.in_transaction
+    assert await _refs(storage) == {"connect"}
+    assert await storage._transact(_note("after")) == "after"

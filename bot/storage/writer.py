@@ -181,6 +181,10 @@ class SqliteRunner:
             return self._run_bodies(conn, driver, bodies)
         except Exception:
             raise
+        except (KeyboardInterrupt, SystemExit):
+            if not wait:
+                raise  # on the loop, Ctrl-C or an exit is the process's, not the body's: it goes on
+            raise RuntimeError("transaction rolled back: interrupted") from None
         except BaseException as exc:  # not an Exception: `conn.begin()` rolled back every body
             raise RuntimeError(f"transaction rolled back: a body raised {exc!r}") from exc
         finally:
