@@ -18,9 +18,10 @@ import pytest
 
 import workspace.context as context_module
 from agent_core.risk import Scope
+from tests.test_workspace_context import _all, write_weather_skill
 from workspace.access import Access
 from workspace.bootstrap import ensure_workspace
-from workspace.context import PromptContext, _read, build_context
+from workspace.context import _read, build_context
 from workspace.daily_log import append_entry, log_dir_for, log_path
 from workspace.read_cache import RACY_NS, ReadCache
 
@@ -98,15 +99,7 @@ def _populate(root: Path) -> None:
     append_entry(root, "main", NOW, "today: MAIN_TODAY")
     append_entry(root, GROUP, NOW, "group today: GROUP_TODAY_TEXT")
     append_entry(root, OTHER_GROUP, NOW, "other group: CANARY_OTHER_GROUP")
-    skill = root / "skills" / "weather"
-    skill.mkdir(parents=True)
-    (skill / "SKILL.md").write_text(
-        "---\nname: weather\ndescription: Check the forecast\n---\nUse wttr.in\n", encoding="utf-8"
-    )
-
-
-def _all(ctx: PromptContext) -> str:
-    return ctx.stable + "\n" + ctx.volatile
+    write_weather_skill(root)
 
 
 def _group(root: Path, cache: ReadCache, key: str = GROUP) -> str:

@@ -108,6 +108,11 @@ def _populate(root: Path) -> None:
     append_entry(root, GROUP, NOW, "group today: GROUP_TODAY_VISIBLE")
     append_entry(root, OTHER_GROUP, NOW, "other group: CANARY_OTHER_GROUP")
     append_entry(root, DM, NOW, "someone's dm: CANARY_DM")
+    write_weather_skill(root)
+
+
+def write_weather_skill(root: Path) -> None:
+    """skills/weather/SKILL.md, a valid skill ("Check the forecast")."""
     skill = root / "skills" / "weather"
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text(
