@@ -5,12 +5,34 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import logging
+import sys
+
 import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.harness import CoreHarness, make_harness
 
 pytest_plugins = ["tests.pg_accounting"]
+
+_QUIETED = ("httpx", "httpx2", "alembic")
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """A test that sets up Roost's logging (or its redacting stdout/stderr) gets the
+    process's state back afterwards: otherwise later tests log at INFO into the closed
+    capture stream of the one that set it up ("Logging error ... closed file" noise)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    levels = {name: logging.getLogger(name).level for name in _QUIETED}
+    stdout, stderr = sys.stdout, sys.stderr
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, saved in levels.items():
+        logging.getLogger(name).setLevel(saved)
+    sys.stdout, sys.stderr = stdout, stderr
 
 
 @pytest.fixture

@@ -167,6 +167,10 @@ async def test_lost_card_send_never_shows_two_cards(tmp_path, tg: FakeTelegram, 
         await tg.await_for(lambda: any(NOT_MODIFIED in (c.description or "") for c in h.edits_in(OWNER)))
         tg.press_button(OWNER, card.message_id, OWNER, buttons(card)["✅ Approve once"], first_name="Olivia")
         await h.bot_text(OWNER, lambda t: t == "ok")
+        # The decided card is an edit: it keeps 1 s from the probe, and the answer (a send)
+        # may overtake it, so wait for it rather than expect it by the time "ok" shows.
+        await tg.await_for(lambda: (tg.message(OWNER, card.message_id).text or "").endswith("by Olivia."))
+        await h.app.conversations.aclose()  # the run is over: nothing more may come
         shown = [m for m in tg.bot_messages(OWNER) if (m.text or "").startswith("🔐")]
         assert len(shown) == 1 and (shown[0].text or "").endswith("by Olivia.")
         assert (h.workspace / "marker.txt").read_text() == "ran\n"
