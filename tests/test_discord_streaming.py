@@ -10,9 +10,10 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.discord_harness import OWNER, Harness, dc, rendered, running  # noqa: F401  (dc is a fixture)
 
 MIN_GAP_S = 1.2
-CLOCK_SLACK_S = 0.05
+CLOCK_SLACK_S = 0.25
 """Both times come from the fake's clock at request arrival; the adapter spaces request
-starts, so arrival gaps can only shrink by the jitter of two local HTTP round trips."""
+starts, so arrival gaps can only shrink by the jitter of two local HTTP round trips (as
+Telegram's JITTER_S: a loaded machine can delay one request's arrival)."""
 
 
 def prose(chars: int) -> str:

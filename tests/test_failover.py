@@ -139,7 +139,7 @@ async def test_truncated_stream_is_not_taken_for_a_finished_answer(rig: Rig) -> 
 
 
 async def test_stalled_stream_is_abandoned_and_continued(fake_api, tmp_path) -> None:
-    rig = await make_rig(fake_api, tmp_path, stall_timeout_s=1.0)
+    rig = await make_rig(fake_api, tmp_path, stall_timeout_s=3.0)  # the retry must answer within it, under load too
     try:
         # Stall(None): no event at all until the client gives up.
         await _broken_then_continued(rig, Reply(Text(ANSWER[:19], chunk_size=4), Stall(None)))
@@ -255,7 +255,7 @@ async def test_connection_dropped_before_any_answer_is_retried(rig: Rig) -> None
 
 async def test_response_that_never_starts_counts_as_a_stall(fake_api, tmp_path) -> None:
     # No headers at all: the SDK's own timeout is 120 s; the stall limit ends it first.
-    rig = await make_rig(fake_api, tmp_path, stall_timeout_s=1.0)
+    rig = await make_rig(fake_api, tmp_path, stall_timeout_s=3.0)  # the retry must answer within it, under load too
     try:
         fake_api.script(Stall(None), reply_text(ANSWER))
         events, visible = await rig.run()

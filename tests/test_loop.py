@@ -108,10 +108,13 @@ async def test_independent_tools_run_concurrently_in_order(core: CoreHarness) ->
         reply_tools(ToolUse("sleep", {"seconds": 1.0}), ToolUse("sleep", {"seconds": 1.0})),
         reply_text("done"),
     )
-    started = time.monotonic()
-    finished(await core.run("two naps"))
-    elapsed = time.monotonic() - started
-    assert elapsed < 1.8, f"two 1 s tools took {elapsed:.2f} s: not concurrent"
+    events = await core.run("two naps")
+    finished(events)
+    # Overlap, told by the order of the events (each is emitted as it happens): both tools
+    # started before either finished. Not by total time: a loaded machine stretches the
+    # model round trips around the tools (a 1.8 s bound failed with hog threads at 1.88 s).
+    kinds = [type(e).__name__ for e in events if isinstance(e, (ToolStarted, ToolFinished))]
+    assert kinds == ["ToolStarted", "ToolStarted", "ToolFinished", "ToolFinished"], kinds
     results = tool_results(core.fake.requests[1].json)
     uses = [b for b in core.fake.requests[1].json["messages"][-2]["content"] if b["type"] == "tool_use"]
     assert [r["tool_use_id"] for r in results] == [u["id"] for u in uses]

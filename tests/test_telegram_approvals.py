@@ -119,10 +119,11 @@ async def test_expired_approval_edits_the_card_and_the_tool_gets_a_denial(
     tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
     fake_api.script(reply_tools(ToolUse("exec", {"command": "echo late >> marker.txt"})), reply_text("understood"))
-    async with running(tmp_path, tg, fake_api, paced=False, agent={"approval_ttl_s": 0.5}) as h:
+    async with running(tmp_path, tg, fake_api, paced=False, agent={"approval_ttl_s": 2.0}) as h:
         tg.send_private(OWNER, "run it later")
-        # No race with the 0.5 s expiry on a loaded machine: the card may already have
-        # expired when the test first looks; its live keyboard is in its edit history.
+        # 2 s, so the card is sent (with buttons) before it expires even on a loaded machine.
+        # It may have expired by the time the test first looks: its live keyboard is in its
+        # edit history.
         expired = await h.bot_text(OWNER, lambda t: t.endswith("⌛ Expired — not run."))
         (card,) = await cards(h)
         assert expired.message_id == card.message_id and expired.reply_markup is None

@@ -69,7 +69,9 @@ async def test_3000_char_answer_streams_one_message_paced_at_least_1s(
         calls = stream_calls(tg, OWNER)
         sends = [c for c in calls if c.method == "sendMessage"]
         edits = [c for c in calls if c.method == "editMessageText"]
-        assert len(sends) == 1 and len(edits) <= 4, [c.method for c in calls]
+        # 150 deltas coalesced into a few edits (one per ≥1 s slot: 3 on an idle machine,
+        # more when load stretches the stream); the spacing is checked below.
+        assert len(sends) == 1 and len(edits) <= 8, [c.method for c in calls]
         assert all(c.ok for c in tg.calls), [(c.method, c.description) for c in tg.calls if not c.ok]
         gaps = [b.at - a.at for a, b in zip(calls, calls[1:])]  # one message: edits of it
         assert min(gaps) >= 1.0 - JITTER_S, gaps
