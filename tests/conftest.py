@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
 import logging
 import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 

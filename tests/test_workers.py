@@ -52,7 +52,7 @@ async def parent_result(h: Harness, fake_api: FakeAnthropic, n: int) -> str:
     return results_in([r for r in found if parent(r)][n - 1].json)
 
 
-async def test_two_workers_with_one_second_tools_finish_in_about_one_second(
+async def test_two_workers_with_one_second_tools_run_at_the_same_time(
     tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
     for task in ("check disk A", "check disk B"):
