@@ -275,3 +275,20 @@ async def test_start_up_closes_cards_of_approvals_the_old_process_left_pending(t
         await app.conversations.close_expired_cards(app.expired_at_start)
         assert adapter.notices[-1][1] == "card-expired:ap1:expired"
         assert (await app.storage.get_approval("ap1")).state == "expired"
+
+
+async def test_an_unwritable_daily_log_loses_no_answer(tmp_path, fake_api, caplog) -> None:
+    """The run's log append runs on the loop now: a log that cannot be written (here a
+    folder where today's file should be) is reported as such and skipped; the answer and
+    the next message (whose prompt reads that log) are unaffected."""
+    fake_api.script(reply_text("first answer"), reply_text("second answer"))
+    async with running_app(tmp_path, fake_api) as (app, adapter):
+        log_path(app.settings.workspace_dir, "main", datetime.now().astimezone().date()).mkdir(parents=True)
+        await adapter.say(private(OWNER_ID, "one"))
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
+        await adapter.say(private(OWNER_ID, "two"))
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 2)
+        assert [r.text for r in adapter.closed_replies()] == ["first answer", "second answer"]
+    assert [r.getMessage() for r in caplog.records if r.getMessage() == "daily_log.write_failed"] == [
+        "daily_log.write_failed"
+    ] * 2

@@ -180,7 +180,7 @@ class SqliteRunner:
                 raise
             return self._run_bodies(conn, driver, bodies)
         except Exception:
-            raise
+            raise  # the batch's own error, as it is (the clauses below are for the rest)
         except (KeyboardInterrupt, SystemExit):
             if not wait:
                 raise  # on the loop, Ctrl-C or an exit is the process's, not the body's: it goes on
