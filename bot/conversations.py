@@ -191,6 +191,7 @@ class Conversations:
             case Buffered():
                 return False
             case Accept():
+                route = await resume.session_of(self, inbound, route)  # Continue: the run's own session
                 if command is not None:
                     await self._notify(inbound, await self.commands.run(command, inbound, route))
                     return False
