@@ -326,7 +326,8 @@ class Conversations:
                 return "rate-limited"
         await self.storage.ensure_session(session_key, route.scope.value, inbound.platform, inbound.chat_id)
         try:
-            self.lanes.submit(session_key, Pending(inbound, route, inbox_id, job))
+            # A job falling due is nobody's new message: it never interrupts the user's answer.
+            self.lanes.submit(session_key, Pending(inbound, route, inbox_id, job), interrupts=False)
         except LanesClosed:
             return None  # stays queued in the inbox: the next start runs it
         except LaneFull:
@@ -355,7 +356,7 @@ class Conversations:
         told); a message that meets a shutdown stays queued for the next start."""
         inbound = pending.inbound
         try:
-            waiting = self.lanes.submit(pending.route.session_key, pending)
+            waiting = self.lanes.submit(pending.route.session_key, pending, interrupts=pending.job is None)
         except LanesClosed:
             await self._notify(inbound, KEPT_NOTICE)
             return True
