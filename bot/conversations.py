@@ -191,6 +191,7 @@ class Conversations:
             case Buffered():
                 return False
             case Accept():
+                route = await resume.session_of(self, inbound, route)  # Continue: the run's own session
                 if command is not None:
                     await self._notify(inbound, await self.commands.run(command, inbound, route))
                     return False
@@ -325,7 +326,8 @@ class Conversations:
                 return "rate-limited"
         await self.storage.ensure_session(session_key, route.scope.value, inbound.platform, inbound.chat_id)
         try:
-            self.lanes.submit(session_key, Pending(inbound, route, inbox_id, job))
+            # A job falling due is nobody's new message: it never interrupts the user's answer.
+            self.lanes.submit(session_key, Pending(inbound, route, inbox_id, job), interrupts=False)
         except LanesClosed:
             return None  # stays queued in the inbox: the next start runs it
         except LaneFull:
@@ -354,7 +356,7 @@ class Conversations:
         told); a message that meets a shutdown stays queued for the next start."""
         inbound = pending.inbound
         try:
-            waiting = self.lanes.submit(pending.route.session_key, pending)
+            waiting = self.lanes.submit(pending.route.session_key, pending, interrupts=pending.job is None)
         except LanesClosed:
             await self._notify(inbound, KEPT_NOTICE)
             return True

@@ -8,7 +8,8 @@ work. What happens to messages arriving during a run is the session's queue mode
 - `steer`: the running run takes them at its next tool boundary (`take_queued`, called by
   the run's steer hook); whatever it does not take goes to the next run, as in collect;
 - `interrupt`: the running run is cancelled (like /stop) once it has stored its message,
-  and they start the next run (a scheduled job's run is never interrupted: they wait).
+  and they start the next run (a scheduled job's run is never interrupted: they wait; and a
+  job falling due interrupts nothing: it is submitted with `interrupts=False` and waits).
 
 Nothing is dropped silently: a full queue is refused with `LaneFull`, which the caller tells
 the user about, and order is kept in every mode.
@@ -74,9 +75,10 @@ class Lanes(Generic[T]):
         self._lanes: dict[str, _Lane[T]] = {}
         self._closed = False
 
-    def submit(self, key: str, item: T) -> int:
+    def submit(self, key: str, item: T, *, interrupts: bool = True) -> int:
         """Queue an item for the session; returns how many items wait before it runs
-        (0 = it starts now)."""
+        (0 = it starts now). In interrupt mode it stops the running run unless `interrupts`
+        is False (work nobody just asked for, like a scheduled job)."""
         if self._closed:
             raise LanesClosed("I'm restarting right now")
         lane = self._lanes.setdefault(key, _Lane())
@@ -84,7 +86,7 @@ class Lanes(Generic[T]):
             raise LaneFull(f"{len(lane.queue)} messages are already waiting in this chat")
         lane.queue.append(item)
         busy = lane.current is not None and not lane.answered
-        if busy and self.mode_of(key) == "interrupt":
+        if busy and interrupts and self.mode_of(key) == "interrupt":
             # Never before the run has stored its messages: cancelled earlier, they would
             # be marked answered without having reached the transcript.
             lane.interrupt_pending = True

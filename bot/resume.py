@@ -6,7 +6,8 @@ restarts it is sent at most once (a crash between the claim and the send loses t
 typing "continue" still works). Pressing Continue is an ordinary message "continue" from
 the presser, stored through the inbox with the update id `resume:<run id>`: a second press
 is a redelivery and is ignored, and the run it starts sees the interrupted run's transcript,
-already made valid at start-up.
+already made valid at start-up. It continues in the session of the interrupted run: for
+an isolated job (`<chat key>:job-<id>`) that is the job's own, not the chat it answers in.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Button, ButtonAnswer
 from agent_core.inbound import Inbound, ReplyTarget
+from bot.router import Accept
 from bot.scheduling.refs import job_ref
+from bot.session_keys import origin_of, scope_of
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations
@@ -69,6 +72,17 @@ async def offer(c: Conversations, now: datetime | None = None) -> int:
         except Exception:
             log.warning("resume.offer_failed", extra={"run": run.id}, exc_info=True)
     return sent
+
+
+async def session_of(c: Conversations, inbound: Inbound, route: Accept) -> Accept:
+    """Where a Continue press goes: the chat routed it (so who may press is the chat's
+    decision); an isolated job's run it continues is in the job's own session of that chat."""
+    if not (inbound.update_id or "").startswith(PREFIX):
+        return route
+    run = await c.storage.get_run(inbound.update_id[len(PREFIX) :])  # type: ignore[index]
+    if run is None or run.session_key == route.session_key or origin_of(run.session_key) != route.session_key:
+        return route
+    return Accept(run.session_key, scope_of(run.session_key), route.is_owner)
 
 
 async def press(c: Conversations, action: str, identity: str) -> ButtonAnswer:

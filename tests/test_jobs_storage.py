@@ -67,3 +67,25 @@ async def test_a_run_left_running_is_interrupted_and_a_pending_resend_failed_at_
     assert settled is not None and (settled.last_exec, settled.last_delivery, settled.last_run_id) == (
         "interrupted", "failed", "run-1"
     )
+
+
+async def test_a_job_cancelled_or_paused_after_it_was_listed_fires_nothing_and_keeps_its_state(
+    storage: Storage,
+) -> None:
+    """The scheduler lists due jobs, then fires each: whatever committed in between wins."""
+    due = NOW + timedelta(hours=1)
+    for job_id in ("cafe0001", "cafe0002"):
+        await storage.create_job(job(job_id, kind="once", spec=due.isoformat()))
+    listed = await storage.due_jobs(due)
+    await storage.set_job_state("cafe0001", "cancelled")
+    await storage.set_job_state("cafe0002", "paused")
+    for row in listed:
+        ref = JobRef(row.id, due)
+        assert await storage.fire_job(row.id, due, message(ref), "main", advance_to=None, advance=True) is None
+        assert await storage.skip_job(row.id, due, None) is False
+    ref = JobRef("cafe0001", due)  # Run now never runs a cancelled job either
+    assert await storage.fire_job("cafe0001", due, message(ref), "main", advance_to=None, advance=False) is None
+    assert await storage.inbox_rows(["queued"]) == []
+    assert [(j.id, j.state, j.last_run_at) for j in await storage.list_jobs(include_ended=True)] == [
+        ("cafe0001", "cancelled", None), ("cafe0002", "paused", None),
+    ]

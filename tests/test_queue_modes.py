@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,6 +18,9 @@ from agent_core.risk import Scope
 from tests.app_harness import OWNER_ID, running_app
 from tests.fakes.anthropic_script import Reply, Text, ToolUse, last_user_text, user_blocks
 from tests.fakes.recording_adapter import private
+from tests.fakes.telegram_api import FakeTelegram
+from tests.scheduler_support import FakeClock, make_job, running_at, tick
+from tests.telegram_harness import OWNER, tg  # noqa: F401  (fixture)
 
 MAIN = "main"
 ARRIVING = [f"message {i}" for i in range(1, 11)]
@@ -138,3 +142,53 @@ async def test_queue_command_refuses_an_unknown_mode(tmp_path, fake_api) -> None
         await adapter.say(private(OWNER_ID, "/queue sometimes"))
         await adapter.wait_for(lambda: any("Unknown mode" in n for _, n in adapter.notices))
         assert app.conversations.lanes.mode_of(MAIN) == "collect"
+
+
+JOB_T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+
+
+async def test_interrupt_mode_never_cancels_a_scheduled_jobs_run_the_message_is_answered_after_it(
+    tmp_path, tg: FakeTelegram, fake_api
+) -> None:
+    clock = FakeClock(JOB_T0)
+    async with running_at(tmp_path, tg, fake_api, clock, agent={"queue_mode": "interrupt"}) as h:
+        assert h.app.scheduler is not None
+        job = await make_job(h, clock, OWNER, "ok", name="report", prompt="Write the report", delay_minutes=5)
+        fake_api.responder = responder = HeldFirstCall()  # the job's model call waits
+        clock.advance(minutes=5)
+        await tick(h.app.scheduler)
+        assert await asyncio.to_thread(responder.entered.wait, 10), "the job's run never called the model"
+        tg.send_private(OWNER, "are you there?")
+        await tg.await_for(lambda: h.app.conversations.lanes.queued(MAIN) == 1)  # arrived during the job's run
+        responder.release.set()
+        reported = await h.bot_text(OWNER, lambda t: t.startswith("⏰ report\n\nanswer to [Scheduled job"))
+        answered = await h.says(OWNER, "answer to are you there?")
+        await h.app.conversations.lanes.drain()
+        ran = await h.app.storage.get_job(job.id)
+    assert reported.message_id < answered.message_id  # the job's answer first, then the user's
+    assert ran is not None and (ran.last_exec, ran.last_delivery) == ("ok", "delivered")
+    assert not any("stopped" in (m.text or "").lower() for m in tg.bot_messages(OWNER))
+
+
+async def test_interrupt_mode_a_job_falling_due_never_stops_the_users_answer(
+    tmp_path, tg: FakeTelegram, fake_api
+) -> None:
+    """Interrupt is for the user's new message; a job that falls due waits like one in collect."""
+    clock = FakeClock(JOB_T0)
+    async with running_at(tmp_path, tg, fake_api, clock, agent={"queue_mode": "interrupt"}) as h:
+        assert h.app.scheduler is not None
+        job = await make_job(h, clock, OWNER, "ok", name="report", prompt="Write the report", delay_minutes=5)
+        fake_api.responder = responder = HeldFirstCall()  # the user's model call waits
+        tg.send_private(OWNER, "plan my week")
+        assert await asyncio.to_thread(responder.entered.wait, 10), "the user's run never called the model"
+        clock.advance(minutes=5)
+        await tick(h.app.scheduler)
+        assert h.app.conversations.lanes.queued(MAIN) == 1  # the job's run waits behind the answer
+        responder.release.set()
+        answered = await h.says(OWNER, "answer to plan my week")
+        reported = await h.bot_text(OWNER, lambda t: t.startswith("⏰ report\n\nanswer to [Scheduled job"))
+        await h.app.conversations.lanes.drain()
+        ran = await h.app.storage.get_job(job.id)
+    assert answered.message_id < reported.message_id
+    assert ran is not None and (ran.last_exec, ran.last_delivery) == ("ok", "delivered")
+    assert not any("stopped" in (m.text or "").lower() for m in tg.bot_messages(OWNER))

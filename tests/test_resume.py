@@ -158,3 +158,46 @@ async def approval_placed(db: Path, timeout: float = 10.0) -> None:
             pass
         await asyncio.sleep(0.02)  # timing-ok: re-check a condition in another process
     raise TimeoutError("approval card not recorded")
+
+
+async def test_continue_on_an_interrupted_isolated_job_resumes_in_the_jobs_own_session(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """Not in the chat's ordinary session: the resumed request is the job's transcript (its
+    prompt, then "continue"), never the chat's history."""
+    from datetime import UTC, datetime, timedelta
+
+    from tests.scheduler_support import FakeClock, make_job, running_at
+
+    # Made in the owner's chat five minutes before it was due, which is now: `roost run`
+    # (the real clock) fires it at start.
+    clock = FakeClock(datetime.now(UTC) - timedelta(minutes=10))
+    async with running_at(tmp_path, tg, fake_api, clock) as h:
+        await make_job(h, clock, OWNER, "ok", name="report", prompt="Write the daily report",
+                             delay_minutes=5, isolated=True)  # fmt: skip
+    shown = "Collecting today's numbers for the report."
+    fake_api.script(Reply(Text(shown, chunk_size=50), Stall(60)))
+    process = roost_run(tmp_path, tg, fake_api)
+    try:
+        await tg.await_for(lambda: tg.is_polling, timeout=30)
+        visible = render_markdown(f"⏰ report\n\n{shown}").text
+        await tg.await_for(lambda: any(m.text == visible for m in tg.bot_messages(OWNER)), timeout=15)
+        await recorded(tmp_path / "home" / "roost.db", visible)
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    fake_api.responder = lambda body: Reply(Text(f"answer to {last_user_text(body)}"))
+
+    async with running(tmp_path, tg, fake_api) as h:
+        offer = await h.bot_text(OWNER, lambda t: t.startswith("I was restarted while working on: [Scheduled job"),
+                                 timeout=15)  # fmt: skip
+        assert (await press(h, offer, buttons(offer)["▶ Continue"])).get("text") == "▶ Resuming."
+        await h.says(OWNER, "answer to continue", timeout=15)
+        resumed = fake_api.requests[-1].json["messages"]
+        texts = [b["text"] for m in resumed if m["role"] == "user"
+                 for b in m["content"] if b["type"] == "text" and not is_context_tail(b)]  # fmt: skip
+    assert len(texts) == 2 and texts[0].endswith("Write the daily report") and texts[1] == "continue", texts
+    assert not any("schedule it" in t for t in texts)  # the chat's own history is not this session

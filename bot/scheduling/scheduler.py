@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -79,6 +79,9 @@ class Scheduler:
         self.ticks = 0
         """Completed ticks (tests wait for a tick to pass instead of sleeping)."""
         self.ticked = asyncio.Condition()
+        self.due_listed: Callable[[Sequence[JobRow]], Awaitable[None]] | None = None
+        """Awaited between listing the due jobs and firing them: tests hold a tick there to
+        race it (a Cancel committed meanwhile must win)."""
 
     # --- lifecycle -------------------------------------------------------------------
     def attach(self, conversations: Conversations) -> None:
@@ -136,7 +139,10 @@ class Scheduler:
         async with self._tick_lock:
             now = self.clock()
             fired = 0
-            for job in await self.storage.due_jobs(now):
+            due = await self.storage.due_jobs(now)
+            if self.due_listed is not None:
+                await self.due_listed(due)
+            for job in due:
                 fired += await self._due(job, now)
             fired += await self._heartbeat(now)
         async with self.ticked:
@@ -151,7 +157,8 @@ class Scheduler:
         following = schedule.next_after(now, anchor=job.created_at)
         if now - due <= timedelta(seconds=job.grace_s):
             return int(await self._fire(job, due, advance_to=following, advance=True))
-        await self.storage.skip_job(job.id, due, following)
+        if not await self.storage.skip_job(job.id, due, following):
+            return 0  # cancelled, paused or changed since it was listed
         log.info("job.missed", extra={"job": job.id, "due": due.isoformat()})
         await self.tell_owner(
             job,

@@ -1,9 +1,18 @@
 """A job's schedule as text (kind + spec + IANA zone) ↔ an APScheduler trigger.
 
-The calendar arithmetic — cron fields, intervals, DST gaps and repeats — is APScheduler's
-(`CronTrigger`, `IntervalTrigger`, `DateTrigger`); this module only parses what the model
-asked for, refuses what cannot work (with a message the model can act on) and computes the
-misfire grace time.
+The calendar arithmetic is APScheduler's (`CronTrigger` matches the cron fields,
+`IntervalTrigger` counts real time); this module parses what the model asked for, refuses
+what cannot work (with a message the model can act on), computes the misfire grace time, and
+decides what a wall-clock time means when daylight saving repeats or skips it:
+
+- a cron's due times are wall-clock times, each fired once: CronTrigger matches them on the
+  wall clock (read as UTC, a zone where every time exists once) and zoneinfo gives the
+  instant — the first occurrence of a time the fall-back hour repeats (01:30 EDT, never
+  01:30 EST as well), the end of the gap for a time spring-forward skips (02:30 runs once, at
+  03:00 EDT). APScheduler alone fires a repeated time twice and moves a skipped one by the
+  gap's length (03:30), so the next due time is always taken from here;
+- an interval is real elapsed time, DST or not; a one-off's local time reads as a cron's;
+- the grace is real elapsed time: half the shortest interval between runs on an ordinary day.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ Kind = Literal["once", "interval", "cron"]
 ONE_OFF_GRACE = timedelta(hours=24)
 MAX_GRACE = timedelta(hours=1)
 MIN_INTERVAL = timedelta(minutes=1)
+GRACE_SAMPLE = 6
+"""Upcoming runs whose spacing decides a cron's grace: one DST change spoils at most one gap."""
 
 
 class InvalidSchedule(ValueError):
@@ -51,27 +62,32 @@ class Schedule:
                 return CronTrigger.from_crontab(self.spec, timezone=tz)
 
     def next_after(self, after: datetime, anchor: datetime | None = None) -> datetime | None:
-        """The first fire time strictly after `after` (None: never again), in UTC."""
-        trigger = self.trigger(anchor)
+        """The first due time strictly after `after` (None: never again), in UTC."""
         if self.kind == "once":
             at = datetime.fromisoformat(self.spec)
             return at if at > after else None
+        if self.kind == "cron":
+            return _next_wall_time(CronTrigger.from_crontab(self.spec, timezone=UTC), self.zone, after)
         # get_next_fire_time returns a time >= now; nudge past `after` itself.
-        nxt = trigger.get_next_fire_time(None, after + timedelta(microseconds=1))
+        nxt = self.trigger(anchor).get_next_fire_time(None, after + timedelta(microseconds=1))
         return None if nxt is None else nxt.astimezone(UTC)
 
     def grace(self, now: datetime) -> timedelta:
-        """How late a run may start and still run: one-offs 24 h; recurring jobs half the
-        interval, at most an hour."""
+        """How late a run may start and still run, in real time: one-offs 24 h; recurring
+        jobs half the interval, at most an hour. A cron's interval is the shortest between its
+        next runs, leaving out any a DST change stretches or shrinks (a pair of runs either
+        side of a change in UTC offset), so a job made near a change gets the same grace."""
         if self.kind == "once":
             return ONE_OFF_GRACE
         if self.kind == "interval":
             return min(timedelta(seconds=int(self.spec)) / 2, MAX_GRACE)
-        first = self.next_after(now)
-        second = self.next_after(first) if first else None
-        if first is None or second is None:
-            return MAX_GRACE
-        return min((second - first) / 2, MAX_GRACE)
+        runs: list[datetime] = []
+        at: datetime | None = now
+        while len(runs) < GRACE_SAMPLE and (at := self.next_after(at)) is not None:
+            runs.append(at)
+        tz = self.zone
+        gaps = [b - a for a, b in zip(runs, runs[1:]) if a.astimezone(tz).utcoffset() == b.astimezone(tz).utcoffset()]
+        return min(min(gaps) / 2, MAX_GRACE) if gaps else MAX_GRACE
 
     def describe(self) -> str:
         match self.kind:
@@ -91,6 +107,40 @@ def zone(name: str) -> ZoneInfo:
         raise InvalidSchedule(f"unknown time zone {name!r}; use an IANA name like Europe/Berlin") from exc
 
 
+def wall_instant(wall: datetime, tz: ZoneInfo) -> datetime:
+    """When the clocks in `tz` show the naive `wall`, in UTC: its first occurrence if the
+    fall-back hour shows it twice, the end of the gap if spring-forward skips it."""
+    first = wall.replace(tzinfo=tz, fold=0)  # PEP 495: fold=0 is the earlier of two readings
+    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == wall:
+        return first.astimezone(UTC)
+    # In a gap fold=1 reads `wall` with the offset after the change (an instant before it) and
+    # fold=0 with the one before (an instant after it): the change is the first second between
+    # them that has the later offset. zoneinfo has no API for its transitions; bisect.
+    lo = int(wall.replace(tzinfo=tz, fold=1).timestamp())
+    hi = int(first.timestamp())
+    later = datetime.fromtimestamp(hi, tz).utcoffset()
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if datetime.fromtimestamp(mid, tz).utcoffset() == later:
+            hi = mid
+        else:
+            lo = mid
+    return datetime.fromtimestamp(hi, UTC)
+
+
+def _next_wall_time(trigger: CronTrigger, tz: ZoneInfo, after: datetime) -> datetime | None:
+    """The first wall-clock due time of `trigger` (a cron matched in UTC, i.e. on the bare
+    wall clock) whose instant in `tz` is after `after`. In the repeated hour the wall clock
+    reads times it has shown before: those already had their (first) occurrence; skip them."""
+    wall = after.astimezone(tz).replace(tzinfo=UTC)
+    while (nxt := trigger.get_next_fire_time(None, wall + timedelta(microseconds=1))) is not None:
+        at = wall_instant(nxt.replace(tzinfo=None), tz)
+        if at > after:
+            return at
+        wall = nxt
+    return None
+
+
 def one_off(now: datetime, tz: str, *, at: str | None = None, delay_minutes: float | None = None) -> Schedule:
     """A single run at a local wall-clock time ("2026-11-24 09:00") or after a delay."""
     if delay_minutes is not None:
@@ -105,8 +155,7 @@ def one_off(now: datetime, tz: str, *, at: str | None = None, delay_minutes: flo
             raise InvalidSchedule(
                 f"cannot read the time {at!r}; give a local time like '2026-11-24 09:00'"
             ) from exc
-        when = local.replace(tzinfo=zone(tz)) if local.tzinfo is None else local
-        when = when.astimezone(UTC)
+        when = wall_instant(local, zone(tz)) if local.tzinfo is None else local.astimezone(UTC)
         if when <= now:
             shown = when.astimezone(zone(tz))
             raise InvalidSchedule(

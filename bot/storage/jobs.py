@@ -4,7 +4,9 @@ Exactly once per due time: `fire_job` marks the update `job:<id>:<due epoch>` se
 the run's message in the inbox (already `queued` for the job's session) and advances the
 job, all in one transaction. A second attempt at the same due time (a restart between the
 fire and the run, a double tick) finds the update seen and stores nothing; from the inbox on,
-a fired job is a message like any other (see bot.storage.inbox).
+a fired job is a message like any other (see bot.storage.inbox). The same transaction
+claims the due time with one conditional UPDATE (still active, still due then), so a Cancel
+or Pause that commits after the scheduler read the row is obeyed, never overwritten.
 """
 
 from __future__ import annotations
@@ -132,30 +134,50 @@ class JobRepository(RepositoryBase):
         advance_to: datetime | None,
         advance: bool,
     ) -> int | None:
-        """Store the run of `job_id` due at `due` (see the module docstring). With `advance`,
-        the job's next run becomes `advance_to` (None: a finished one-off). Returns the inbox
-        row id, or None when this due time was fired before."""
+        """Store the run of `job_id` due at `due` (see the module docstring). With `advance`
+        (the scheduler's own due time) it fires only if the job is still active and still due
+        at `due` — a Cancel or Pause committed after the scheduler listed it wins — and its
+        next run becomes `advance_to` (None: a finished one-off). Without (Run now, the
+        heartbeat) a cancelled job never fires. Returns the inbox row id, or None when nothing
+        was fired (fired before, or no longer due)."""
         now = self._now()
         async with self._tx() as s:
+            if advance:
+                # One conditional UPDATE claims the due time: whatever changed the row since
+                # the scheduler read it (cancel, pause, another tick) makes it match nothing.
+                values: dict[str, object] = {"next_run_at": advance_to, "updated_at": now}
+                if advance_to is None:
+                    values["state"] = "done"
+                claimed = await s.execute(
+                    update(JobModel)
+                    .where(JobModel.id == job_id, JobModel.state == "active", JobModel.next_run_at == due)
+                    .values(**values)
+                    .execution_options(synchronize_session=False)
+                )
+                if rowcount(claimed) != 1:
+                    return None
+            else:
+                cancelled = await s.scalar(
+                    select(JobModel.id).where(JobModel.id == job_id, JobModel.state == "cancelled")
+                )
+                if cancelled is not None:
+                    return None
             seen = await s.execute(
                 self._insert(SeenUpdateModel)
                 .values(platform=message.platform, update_id=message.update_id, seen_at=now)
                 .on_conflict_do_nothing(index_elements=["platform", "update_id"])
             )
-            values: dict[str, object] = {"updated_at": now}
-            if advance:
-                values["next_run_at"] = advance_to
-                if advance_to is None:
-                    values["state"] = "done"
             if rowcount(seen) != 1:
-                if advance:
-                    await s.execute(update(JobModel).where(JobModel.id == job_id).values(**values))
-                return None
-            values.update(last_run_at=due, last_exec="queued", last_delivery=None, missed_at=None)
+                return None  # fired before (a restart, a double tick): the advance above stands
+            ran: dict[str, object] = {
+                "last_run_at": due, "last_exec": "queued", "last_delivery": None, "missed_at": None, "updated_at": now,
+            }
             job = await s.get(JobModel, job_id)
             if not advance and job is not None and job.kind == "once" and job.state == "missed":
-                values["state"] = "done"  # "run now" on a missed one-off: it has run now
-            await s.execute(update(JobModel).where(JobModel.id == job_id).values(**values))
+                ran["state"] = "done"  # "run now" on a missed one-off: it has run now
+            await s.execute(
+                update(JobModel).where(JobModel.id == job_id).values(**ran).execution_options(synchronize_session=False)
+            )
             row = InboxModel(
                 platform=message.platform, chat_kind=message.chat_kind, chat_id=message.chat_id,
                 thread_id=message.thread_id, sender_id=message.sender_id, sender_name=message.sender_name[:255],
@@ -166,15 +188,23 @@ class JobRepository(RepositoryBase):
             await s.flush()
             return row.id
 
-    async def skip_job(self, job_id: str, missed_at: datetime, next_run_at: datetime | None) -> None:
+    async def skip_job(self, job_id: str, missed_at: datetime, next_run_at: datetime | None) -> bool:
         """A due time missed beyond its grace: not run; the owner is asked. A one-off waits
-        in `missed` for the owner's "run now" (never dropped silently)."""
+        in `missed` for the owner's "run now" (never dropped silently). Like `fire_job`, only
+        while the job is still active and due at `missed_at`; False when it no longer is."""
         values: dict[str, object] = {
             "missed_at": missed_at, "last_exec": "missed", "next_run_at": next_run_at, "updated_at": self._now(),
         }
         if next_run_at is None:
             values["state"] = "missed"
-        await self._update(job_id, values)
+        async with self._tx() as s:
+            result = await s.execute(
+                update(JobModel)
+                .where(JobModel.id == job_id, JobModel.state == "active", JobModel.next_run_at == missed_at)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            return rowcount(result) == 1
 
     async def set_job_state(self, job_id: str, state: JobState, *, next_run_at: datetime | None = None) -> None:
         values: dict[str, object] = {"state": state, "updated_at": self._now()}
