@@ -234,3 +234,30 @@ def test_where_network_namespaces_are_refused_group_exec_refuses_and_doctor_says
     line = next(x for x in doctor.stdout.splitlines() if "exec sandbox" in x)
     assert line.startswith("! exec sandbox") and "refused in groups" in line, doctor.stdout
     assert "max_net_namespaces" in doctor.stdout
+
+
+async def test_a_private_path_inside_a_shared_folder_stays_covered_in_a_group(ws: Path) -> None:
+    """Roost's private paths (here an ROOST_AGENT__EXEC_HIDE file) stay covered wherever
+    they fall inside what the empty root shows."""
+    (ws / "shared/team").mkdir(parents=True)
+    (ws / "shared/team/doc.md").write_text("shared\n")
+    (ws / "shared/team/secret.env").write_text("PRIVATE-token\n")
+    box = Sandbox(hidden=(ws / "shared/team/secret.env",))
+    out = await sh(group_ctx(ws, "shared/team"), f'cat "{ws}/shared/team/doc.md" "{ws}/shared/team/secret.env"; '
+                                                 f'echo x >> "{ws}/shared/team/secret.env"; echo end', box)
+    assert "shared" in out and "end" in out and "PRIVATE" not in out, out
+    assert (ws / "shared/team/secret.env").read_text() == "PRIVATE-token\n"
+
+
+async def test_a_group_command_cannot_see_the_hosts_shared_memory_segments(ws: Path) -> None:
+    """System V IPC (shared memory a database or another program of the owner made) is the
+    host's in main, and a namespace of its own in a group."""
+    made = subprocess.run(["ipcmk", "-M", "4096"], capture_output=True, text=True, check=True).stdout
+    shm_id = made.split()[-1]
+    try:
+        group = await sh(group_ctx(ws), "ipcs -m; echo listed")
+        main = await sh(main_ctx(ws), "ipcs -m")
+    finally:
+        subprocess.run(["ipcrm", "-m", shm_id], check=True)
+    assert "listed" in group and not re.search(rf"\b{shm_id}\b", stdout(group)), group
+    assert re.search(rf"\b{shm_id}\b", stdout(main)), main
