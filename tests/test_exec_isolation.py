@@ -141,7 +141,8 @@ async def test_a_group_command_cannot_reach_a_loopback_service(ws: Path) -> None
     port = server.sockets[0].getsockname()[1]
     probe = ("python3 -c \"import socket,sys\n"
              "try:\n"
-             f"  s=socket.create_connection(('127.0.0.1',{port}),timeout=5); s.sendall(sys.argv[1].encode()); s.close(); print('CONNECTED')\n"
+             f"  s=socket.create_connection(('127.0.0.1',{port}),timeout=5)\n"
+             "  s.sendall(sys.argv[1].encode()); s.close(); print('CONNECTED')\n"
              "except OSError as e: print('REFUSED', e)\" ")
     async with server:
         group = await sh(group_ctx(ws), probe + "group")
@@ -184,15 +185,16 @@ async def test_a_group_command_sees_only_the_allow_list(ws: Path, outside: Path)
     (ws / "shared/team/doc.md").write_text("shared\n")
     await sh(main_ctx(ws), "echo PRIVATE-main-wrote > notes.md; echo PRIVATE-main-tmp > /tmp/main.txt")
     out = await sh(group_ctx(ws, "shared/team"),
-                   "cat /proc/self/mountinfo; echo '== root'; ls -a / /etc; "
-                   "echo '== read'; "
+                   "cat /proc/self/mountinfo; echo '== root'; ls -a / /etc; echo '== read'; "
                    f"cat /etc/shadow /etc/hostname /etc/machine-id \"{ws}/notes.md\" \"{ws}/USER.md\" "
-                   "/tmp/main.txt 2>&1; grep -rsI --exclude-dir=proc --exclude-dir=dev --exclude-dir=usr PRIVATE /; echo end")
+                   "/tmp/main.txt 2>&1; echo end; "
+                   "grep -rsI --exclude-dir=proc --exclude-dir=dev --exclude-dir=usr PRIVATE /")
     assert "end" in out and "PRIVATE" not in out, out
     text = stdout(out)
     mounts = {line.split()[4].replace("\\040", " ") for line in text.split("== root")[0].splitlines()
               if re.match(r"^\d+ \d+ ", line)}
-    assert mounts and mounts <= _allowed_mounts(ws, ("shared/team",)), sorted(mounts - _allowed_mounts(ws, ("shared/team",)))
+    allowed = _allowed_mounts(ws, ("shared/team",))
+    assert mounts and mounts <= allowed, sorted(mounts - allowed)
     top = text.split("== root")[1].split("== read")[0]
     for absent in ("home", "root", "var", "opt", "srv", "mnt", "work", "shadow", "machine-id", "hostname", "sudoers"):
         assert not re.search(rf"^{absent}$", top, re.M), (absent, top)

@@ -76,7 +76,8 @@ while [ "$1" != "--" ]; do
   case $op in
     o:*) rest=${op#o:}; fd=${rest%%:*}; dir=${rest#*:}
          eval "exec $fd<\"\$dir\" && d$fd=\$dir" || fail "cannot open $dir" ;;
-    d:*) dir "${op#d:}" && "$mnt" -t tmpfs -o nosuid,nodev,noexec,size=16k,nr_inodes=64,mode=0555 roost-hidden "${op#d:}" \
+    d:*) dir "${op#d:}" \
+           && "$mnt" -t tmpfs -o nosuid,nodev,noexec,size=16k,nr_inodes=64,mode=0555 roost-hidden "${op#d:}" \
            || fail "cannot hide ${op#d:}" ;;
     r:*) "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "${op#r:}" || fail "cannot seal ${op#r:}" ;;
     f:*) "$mnt" --bind /dev/null "${op#f:}" || fail "cannot hide ${op#f:}" ;;
