@@ -69,20 +69,20 @@ SETUP_SCRIPT = r"""
 fail() { echo "roost sandbox: $*" >&2; exit 125; }
 ro() { "$mnt" -o remount,bind,ro "$1" 2>/dev/null || "$mnt" -o remount,bind,ro,nosuid,nodev "$1" 2>/dev/null \
          || "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "$1" || fail "cannot make $1 read-only"; }
-dir() { [ -d "$1" ] || mkdir -p "$1"; }  # the set-up runs dozens of steps: no needless exec
+mkd() { [ -d "$1" ] || mkdir -p "$1"; }  # the set-up runs dozens of steps: no needless exec
 mnt=$1; priv=$2; shell=$3; workdir=$4; pivot=$5; umnt=$6; shift 6
 while [ "$1" != "--" ]; do
   op=$1; shift
   case $op in
     o:*) rest=${op#o:}; fd=${rest%%:*}; dir=${rest#*:}
          eval "exec $fd<\"\$dir\" && d$fd=\$dir" || fail "cannot open $dir" ;;
-    d:*) dir "${op#d:}" \
+    d:*) mkd "${op#d:}" \
            && "$mnt" -t tmpfs -o nosuid,nodev,noexec,size=16k,nr_inodes=64,mode=0555 roost-hidden "${op#d:}" \
            || fail "cannot hide ${op#d:}" ;;
     r:*) "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "${op#r:}" || fail "cannot seal ${op#r:}" ;;
     f:*) "$mnt" --bind /dev/null "${op#f:}" || fail "cannot hide ${op#f:}" ;;
     t:*) rest=${op#t:}; size=${rest%%:*}; dir=${rest#*:}
-         dir "$dir" && "$mnt" -t tmpfs -o "nosuid,nodev,mode=1777,size=$size" roost-tmp "$dir" \
+         mkd "$dir" && "$mnt" -t tmpfs -o "nosuid,nodev,mode=1777,size=$size" roost-tmp "$dir" \
            || fail "cannot make a private $dir" ;;
     b:*|B:*) rest=${op#?:}; fd=${rest%%:*}; rel=${rest#*:}; eval "base=\$d$fd"
          target="$base/$rel"; [ "$rel" = . ] && target=$base
@@ -94,14 +94,14 @@ while [ "$1" != "--" ]; do
     R:*) ro "${op#R:}" ;;
     N:*) "$mnt" -t tmpfs -o nosuid,nodev,mode=0755,size=1m roost-root "${op#N:}" || fail "cannot make an empty root" ;;
     m:*) src=$1; dst=$2; shift 2
-         if [ -d "$src" ]; then dir "$dst"; else [ -e "$dst" ] || { dir "${dst%/*}" && : > "$dst"; }; fi \
+         if [ -d "$src" ]; then mkd "$dst"; else [ -e "$dst" ] || { mkd "${dst%/*}" && : > "$dst"; }; fi \
            || fail "cannot show $dst"
          if [ "$op" = m:ro ]; then  # one call where mount(8) can (util-linux >= 2.27)
            "$mnt" --no-canonicalize --bind -o ro "$src" "$dst" 2>/dev/null \
              || { "$mnt" --no-canonicalize --bind "$src" "$dst" && ro "$dst"; } || fail "cannot show $dst"
          else "$mnt" --no-canonicalize --bind "$src" "$dst" || fail "cannot show $dst"; fi ;;
-    l:*) dst=${op#l:}; dir "${dst%/*}" && ln -s "$1" "$dst" || fail "cannot link $dst"; shift ;;
-    w:*) dst=${op#w:}; dir "${dst%/*}" && printf '%s' "$1" > "$dst" || fail "cannot write $dst"; shift ;;
+    l:*) dst=${op#l:}; mkd "${dst%/*}" && ln -s "$1" "$dst" || fail "cannot link $dst"; shift ;;
+    w:*) dst=${op#w:}; mkd "${dst%/*}" && printf '%s' "$1" > "$dst" || fail "cannot write $dst"; shift ;;
     E:*) cd "${op#E:}" && "$pivot" . . && "$umnt" -l . && cd / && "$mnt" -o remount,bind,ro / \
            || fail "cannot enter the new root" ;;
     *) fail "unknown set-up step $op" ;;
