@@ -18,7 +18,9 @@ owner's chat (main) keeps its view of the machine and the host's network, but /t
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,10 +31,16 @@ from pathlib import Path
 
 import pytest
 
+from agent_core.approvals import Decision
 from agent_core.builtin_tools.exec_tool import ExecInput, make_exec_tool
 from agent_core.builtin_tools.sandbox import Sandbox
 from agent_core.risk import Scope
-from agent_core.tools import ToolContext, ToolError
+from agent_core.events import ApprovalRequested
+from agent_core.tools import ToolContext
+from tests.app_harness import OWNER_ID, running_app
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools, user_blocks
+from tests.fakes.recording_adapter import group
 from tests.test_cli import env_for
 from workspace.daily_log import log_dir_for, session_dir_for
 
@@ -209,7 +217,8 @@ def test_where_network_namespaces_are_refused_group_exec_refuses_and_doctor_says
     snippet = textwrap.dedent(f"""
         import asyncio
         from pathlib import Path
-        from agent_core.builtin_tools.exec_tool import ExecInput, make_exec_tool
+        from agent_core.approvals import Decision
+from agent_core.builtin_tools.exec_tool import ExecInput, make_exec_tool
         from agent_core.risk import Scope
         from agent_core.tools import ToolContext, ToolError
 
@@ -263,3 +272,43 @@ async def test_a_group_command_cannot_see_the_hosts_shared_memory_segments(ws: P
         subprocess.run(["ipcrm", "-m", shm_id], check=True)
     assert "listed" in group and not re.search(rf"\b{shm_id}\b", stdout(group)), group
     assert re.search(rf"\b{shm_id}\b", stdout(main)), main
+
+
+async def test_in_the_app_a_group_command_the_owner_approved_sees_none_of_the_owners_machine(
+    tmp_path: Path, fake_api: FakeAnthropic, outside: Path
+) -> None:
+    """End to end through `bot.app.build`: a member of a group where the owner enabled exec
+    gets a command approved that goes for the owner's files, the owner's /tmp and a
+    loopback service; the tool result the model gets back holds none of them."""
+    mark = uuid.uuid4().hex
+    owner_tmp = Path("/tmp") / f"roost-owner-{mark}.txt"
+    owner_tmp.write_text("PRIVATE-owner-tmp\n")
+    (outside / ".bashrc").write_text("PRIVATE-owner-rc\n")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    command = (f'cat /tmp/roost-owner-{mark}.txt "{outside}/.bashrc"; echo pwned >> "{outside}/.bashrc"; '
+               f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); "
+               "print('PRIVATE-connected')\"; echo RAN")
+    fake_api.script(reply_tools(ToolUse("exec", {"command": command + " 2>&1"})), reply_text("done"))
+    try:
+        enabled = {"groups": {"telegram:-100": {"exec": "ask"}}}  # the owner enabled exec there
+        async with running_app(tmp_path, fake_api, policy=enabled) as (app, adapter):
+            await adapter.say(group(-100, 42, "@roost run the report"))
+
+            def asked() -> ApprovalRequested | None:
+                events = (e for r in adapter.replies for e in r.events)
+                return next((e for e in events if isinstance(e, ApprovalRequested)), None)
+
+            await adapter.wait_for(asked, timeout=30)
+            event = asked()
+            assert event is not None
+            await app.gate.resolve(event.approval_id, Decision.ONCE, f"telegram:{OWNER_ID}")
+            await adapter.wait_for(lambda: any(r.closed for r in adapter.replies), timeout=30)
+    finally:
+        owner_tmp.unlink()
+        listener.close()
+    content = user_blocks(fake_api.requests[1].json)
+    (result,) = [b for b in content if b["type"] == "tool_result"]
+    text = json.dumps(result["content"])
+    assert "RAN" in text and "PRIVATE" not in text, text
+    assert (outside / ".bashrc").read_text() == "PRIVATE-owner-rc\n"
