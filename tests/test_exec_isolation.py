@@ -217,8 +217,7 @@ def test_where_network_namespaces_are_refused_group_exec_refuses_and_doctor_says
     snippet = textwrap.dedent(f"""
         import asyncio
         from pathlib import Path
-        from agent_core.approvals import Decision
-from agent_core.builtin_tools.exec_tool import ExecInput, make_exec_tool
+        from agent_core.builtin_tools.exec_tool import ExecInput, make_exec_tool
         from agent_core.risk import Scope
         from agent_core.tools import ToolContext, ToolError
 
