@@ -157,8 +157,9 @@ async def _discord(settings: Settings) -> Check:
 
 
 async def _exec_sandbox(settings: Settings) -> Check:
-    """Starts `true` exactly as `exec` starts a command (creates nothing on disk)."""
-    from agent_core.builtin_tools.sandbox import UNAVAILABLE_FIX, SandboxUnavailable
+    """Starts `true` exactly as `exec` starts a command, in the owner's chat and in a group
+    (creates nothing on disk)."""
+    from agent_core.builtin_tools.sandbox import ISOLATED_FIX, UNAVAILABLE_FIX, SandboxUnavailable
     from bot.exec_sandbox import exec_sandbox
 
     sandbox = exec_sandbox(settings)
@@ -166,13 +167,21 @@ async def _exec_sandbox(settings: Settings) -> Check:
         return Check("exec sandbox", "warn",
                      "off (ROOST_AGENT__EXEC_SANDBOX=off): commands run unsandboxed and can read Roost's secrets",
                      "unset ROOST_AGENT__EXEC_SANDBOX where user namespaces are allowed")
+    where = settings.workspace_dir
     try:
-        await sandbox.probe(settings.workspace_dir, [settings.workspace_dir])
+        await sandbox.probe(where, [where])
     except SandboxUnavailable as exc:
         return Check("exec sandbox", "warn", f"unavailable, so exec refuses to run commands: {exc}",
                      UNAVAILABLE_FIX)
-    return Check("exec sandbox", "ok", "commands run in their own user, PID and mount namespaces; "
-                 "Roost's processes, home, config, database and logs are hidden from them")
+    main = ("commands run in their own user, PID and mount namespaces; Roost's processes, home, "
+            "config, database and logs are hidden from them; /tmp is private to each")
+    try:
+        await sandbox.probe(where, [where], isolated=True)
+    except SandboxUnavailable as exc:
+        return Check("exec sandbox", "warn", f"{main}; but exec is refused in groups (their commands need "
+                     f"network and IPC namespaces of their own): {exc}", ISOLATED_FIX)
+    return Check("exec sandbox", "ok", f"{main}; in groups they start from an empty root with only "
+                 "the system's programs and the group's folders, and no network")
 
 
 def _policy(settings: Settings) -> Check:

@@ -1,5 +1,6 @@
 """The `exec` tool: a shell command in the sandbox (`sandbox.py`: its own user, PID and mount
-namespaces), with an allow-listed environment and a timeout. When the command exits, or
+namespaces, a private /tmp; in a sub scope an empty root and no network), with an
+allow-listed environment and a timeout. When the command exits, or
 times out, or the call is cancelled, everything it started is killed."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from agent_core.builtin_tools.sandbox import (
+    ISOLATED_FIX,
     SETUP_FAILED,
     UNAVAILABLE_FIX,
     Sandbox,
@@ -147,7 +149,8 @@ def make_exec_tool(
         timeout = min(args.timeout_s or default_timeout_s, max_timeout_s)
         workdir = cwd if cwd is not None else ctx.workspace
         view = WorkspaceView([ctx.workspace])
-        if not is_main(ctx.scope):
+        isolated = not is_main(ctx.scope)
+        if isolated:
             if not box.enabled:
                 raise ToolError("exec is not available outside the owner's private chat while "
                                 "the sandbox is off (ROOST_AGENT__EXEC_SANDBOX=off)")
@@ -157,10 +160,16 @@ def make_exec_tool(
                 raise ToolError(f"exec cannot run here: {exc}") from None
             workdir = view.home
         try:
-            await box.probe(workdir, [ctx.workspace])
+            await box.probe(workdir, [workdir] if isolated else [ctx.workspace], isolated=isolated)
             argv = box.argv(args.command, workdir, view.visible, also_hidden=view.hidden,
-                            read_only=view.read_only)
+                            read_only=view.read_only, isolated=isolated)
         except SandboxUnavailable as exc:
+            if isolated:
+                raise ToolError(
+                    "exec is unavailable in this chat: outside the owner's private chat commands "
+                    "run in their own user, PID, mount, network and IPC namespaces, and those "
+                    f"cannot be created here ({exc}). The owner can fix this: {ISOLATED_FIX}."
+                ) from None
             raise ToolError(
                 "exec is unavailable on this machine: commands run in their own user, PID and "
                 f"mount namespaces so they cannot read Roost's secrets, and those cannot be "
@@ -213,8 +222,10 @@ def make_exec_tool(
         "exec",
         "Run a shell command (sh -c) in the workspace and return its exit code, stdout and "
         f"stderr. Default timeout {default_timeout_s:g} s, at most {max_timeout_s:g} s via "
-        "timeout_s. It runs in a sandbox: it sees the files of the machine but not Roost's "
-        "own data or processes; anything it starts ends when it ends.",
+        "timeout_s. It runs in a sandbox: it sees the files of the machine (in a group or a "
+        "paired chat: only the system's programs and that chat's own folders, and no network) "
+        "but not Roost's own data or processes; /tmp is its own and empty; anything it starts "
+        "ends when it ends.",
         ExecInput,
         Risk.EXEC,
         run,

@@ -3,7 +3,8 @@
 The owner's private chat (main) sees the whole workspace. A sub scope (a group, a paired
 user's chat) sees the same allow-list as its file tools (`workspace.access`): the identity
 files, skills and its own logs read-only, its own folder and the folders the owner shared
-with it writable; the rest of the workspace is covered. A place that is, or passes
+with it writable; the rest of the workspace, like the rest of the machine, does not exist in
+its empty root (`exec_root.py`). A place that is, or passes
 through, a symbolic link is left covered: binding it would show wherever the link points.
 """
 

@@ -15,6 +15,12 @@ namespace) hides Roost's private paths and starts the command without capabiliti
   left in the namespace (`setsid` or not). Killing pid 1 (or `unshare`, via `--kill-child`)
   does the same on a timeout.
 - The environment is an allow-list (`command_env`): nothing Roost was started with leaks.
+- /tmp, /var/tmp and /dev/shm are private to each command (an empty tmpfs): it sees nothing
+  another process left there, and leaves nothing behind.
+- A sub scope's command (`isolated`) starts from an empty root instead (`exec_root.py`: system
+  directories read-only, an /etc allow-list, its own folders only) in network and IPC
+  namespaces of its own: it cannot reach the host's loopback (Roost's webhook port, a local
+  PostgreSQL) or anything else. The owner's chat keeps the host's network.
 
 If the namespaces cannot be created, `probe` says why and `exec` refuses to run anything;
 only the owner's explicit `ROOST_AGENT__EXEC_SANDBOX=off` runs commands unsandboxed.
@@ -30,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from agent_core.builtin_tools.exec_root import plan_root
+
 SandboxMode = Literal["auto", "off"]
 
 SAFE_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLORTERM"})
@@ -39,25 +47,43 @@ SETUP_FAILED = 125
 """Exit status of the setup script when it could not hide a path (the command never ran)."""
 _PROBE_TIMEOUT_S = 10.0
 _TOOLS = ("unshare", "mount", "setpriv")
+_ROOT_TOOLS = ("pivot_root", "umount")
+"""Needed only to build a sub scope's empty root."""
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+"""Shared scratch places, private to each command (an empty tmpfs)."""
+SCRATCH_SIZE = "50%"
+"""Of memory, as an ordinary tmpfs /tmp: the owner's commands keep the room they had."""
 
-# Arguments: <mount> <setpriv> <sh> <workdir>, then ops, then "--" <command>.
-# Ops: "o:<fd>:<dir>" opens a directory that will be covered on fd (before anything is),
-# "d:<dir>" covers a directory with an empty tmpfs, "f:<file>" covers a file with /dev/null,
-# "b:<fd>:<rel>" binds <rel> inside fd's original directory back to the same place (its
-# mount point is made in the tmpfs), "B:<fd>:<rel>" the same for a file, "r:<dir>" makes a
-# cover read-only once every mount point in it exists, "R:<path>" a bound-back path.
+# Arguments: <mount> <setpriv> <sh> <workdir> <pivot_root> <umount>, then ops, then "--"
+# <command>. Ops: "o:<fd>:<dir>" opens a directory that will be covered on fd (before anything
+# is), "d:<dir>" covers a directory with an empty tmpfs, "f:<file>" covers a file with
+# /dev/null, "b:<fd>:<rel>" binds <rel> inside fd's original directory back to the same place
+# (its mount point is made in the tmpfs), "B:<fd>:<rel>" the same for a file, "r:<dir>" makes
+# a cover read-only once every mount point in it exists, "R:<path>" a bound-back path,
+# "t:<size>:<dir>" mounts a private writable tmpfs on <dir>.
+# An empty root (exec_root.py): "N:<dir>" mounts it on <dir>; "m:ro"/"m:rw" <src> <dst> binds
+# src (a directory or file) at dst; "l:<dst>" <target> makes a symbolic link; "w:<dst>" <text>
+# writes a file; "E:<dir>" pivots into the root on <dir>, detaches the old one and makes the
+# root read-only.
 SETUP_SCRIPT = r"""
 fail() { echo "roost sandbox: $*" >&2; exit 125; }
-mnt=$1; priv=$2; shell=$3; workdir=$4; shift 4
+ro() { "$mnt" -o remount,bind,ro "$1" 2>/dev/null || "$mnt" -o remount,bind,ro,nosuid,nodev "$1" 2>/dev/null \
+         || "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "$1" || fail "cannot make $1 read-only"; }
+mkd() { [ -d "$1" ] || mkdir -p "$1"; }  # the set-up runs dozens of steps: no needless exec
+mnt=$1; priv=$2; shell=$3; workdir=$4; pivot=$5; umnt=$6; shift 6
 while [ "$1" != "--" ]; do
   op=$1; shift
   case $op in
     o:*) rest=${op#o:}; fd=${rest%%:*}; dir=${rest#*:}
          eval "exec $fd<\"\$dir\" && d$fd=\$dir" || fail "cannot open $dir" ;;
-    d:*) "$mnt" -t tmpfs -o nosuid,nodev,noexec,size=16k,nr_inodes=64,mode=0555 roost-hidden "${op#d:}" \
+    d:*) mkd "${op#d:}" \
+           && "$mnt" -t tmpfs -o nosuid,nodev,noexec,size=16k,nr_inodes=64,mode=0555 roost-hidden "${op#d:}" \
            || fail "cannot hide ${op#d:}" ;;
     r:*) "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "${op#r:}" || fail "cannot seal ${op#r:}" ;;
     f:*) "$mnt" --bind /dev/null "${op#f:}" || fail "cannot hide ${op#f:}" ;;
+    t:*) rest=${op#t:}; size=${rest%%:*}; dir=${rest#*:}
+         mkd "$dir" && "$mnt" -t tmpfs -o "nosuid,nodev,mode=1777,size=$size" roost-tmp "$dir" \
+           || fail "cannot make a private $dir" ;;
     b:*|B:*) rest=${op#?:}; fd=${rest%%:*}; rel=${rest#*:}; eval "base=\$d$fd"
          target="$base/$rel"; [ "$rel" = . ] && target=$base
          case $op in
@@ -65,9 +91,20 @@ while [ "$1" != "--" ]; do
            *) [ -e "$target" ] || { mkdir -p "${target%/*}" && : > "$target"; } ;;
          esac && "$mnt" --no-canonicalize --bind "/proc/self/fd/$fd/$rel" "$target" \
            || fail "cannot show $target" ;;
-    R:*) p=${op#R:}
-         "$mnt" -o remount,bind,ro "$p" 2>/dev/null || "$mnt" -o remount,bind,ro,nosuid,nodev "$p" 2>/dev/null \
-           || "$mnt" -o remount,bind,ro,nosuid,nodev,noexec "$p" || fail "cannot make $p read-only" ;;
+    R:*) ro "${op#R:}" ;;
+    N:*) "$mnt" -t tmpfs -o nosuid,nodev,mode=0755,size=1m roost-root "${op#N:}" || fail "cannot make an empty root" ;;
+    m:*) src=$1; dst=$2; shift 2
+         if [ -d "$src" ]; then mkd "$dst"; else [ -e "$dst" ] || { mkd "${dst%/*}" && : > "$dst"; }; fi \
+           || fail "cannot show $dst"
+         if [ "$op" = m:ro ]; then  # one call where mount(8) can (util-linux >= 2.27)
+           "$mnt" --no-canonicalize --bind -o ro "$src" "$dst" 2>/dev/null \
+             || { "$mnt" --no-canonicalize --bind "$src" "$dst" && ro "$dst"; } || fail "cannot show $dst"
+         else "$mnt" --no-canonicalize --bind "$src" "$dst" || fail "cannot show $dst"; fi ;;
+    l:*) dst=${op#l:}; mkd "${dst%/*}" && ln -s "$1" "$dst" || fail "cannot link $dst"; shift ;;
+    w:*) dst=${op#w:}; mkd "${dst%/*}" && printf '%s' "$1" > "$dst" || fail "cannot write $dst"; shift ;;
+    E:*) cd "${op#E:}" && "$pivot" . . && "$umnt" -l . && cd / && "$mnt" -o remount,bind,ro / \
+           || fail "cannot enter the new root" ;;
+    *) fail "unknown set-up step $op" ;;
   esac
 done
 shift
@@ -120,13 +157,17 @@ def _with_companions(paths: Iterable[Path]) -> list[Path]:
 
 
 def plan_mounts(
-    hidden: Iterable[Path], exposed: Iterable[Path], read_only: Iterable[Path] = ()
+    hidden: Iterable[Path], exposed: Iterable[Path], read_only: Iterable[Path] = (),
+    scratch: Iterable[Path] = (),
 ) -> MountPlan:
     """Cover every hidden path, and keep every exposed path (directory or file) visible
     even when it lies inside a hidden one — read-only if it is in `read_only`; a hidden
-    path inside an exposed directory is covered after it is bound back. Paths that do not
-    exist are skipped (there is nothing to read)."""
+    path inside an exposed directory is covered after it is bound back. A `scratch`
+    directory is covered by a private writable tmpfs instead. Paths that do not exist are
+    skipped (there is nothing to read)."""
+    private = set(_resolve(scratch))
     hide = _resolve(_with_companions(hidden))
+    hide += [p for p in private if p not in hide]
     show = _resolve(exposed)
     frozen = set(_resolve(read_only))
     # Ancestors first; at equal paths the cover goes on before the bind-back (shown wins).
@@ -153,7 +194,10 @@ def plan_mounts(
     for _, kind, path in events:
         if kind == 0:
             if not hidden_now(path):
-                ops.append(f"{'d' if path.is_dir() else 'f'}:{path}")
+                if path in private:
+                    ops.append(f"t:{SCRATCH_SIZE}:{path}")
+                else:
+                    ops.append(f"{'d' if path.is_dir() else 'f'}:{path}")
                 applied.append((path, True))
         elif hidden_now(path):
             cover = cover_of(path)
@@ -190,22 +234,23 @@ class Sandbox:
     hidden: tuple[Path, ...] = ()
     mode: SandboxMode = "auto"
     _tools: dict[str, str] | None = field(default=None, repr=False)
-    _ready: bool = field(default=False, repr=False)
+    _ready: set[bool] = field(default_factory=set, repr=False)
+    """Which kinds (isolated or not) started once; a success is remembered."""
 
     @property
     def enabled(self) -> bool:
         return self.mode != "off"
 
-    def _binaries(self) -> dict[str, str]:
+    def _binaries(self, isolated: bool) -> dict[str, str]:
         if self._tools is None:
-            found = {name: shutil.which(name, path=os.environ.get("PATH", DEFAULT_PATH)) for name in _TOOLS}
-            found["sh"] = "/bin/sh"
-            missing = [n for n, p in found.items() if not p]
-            if missing:
-                raise SandboxUnavailable(
-                    f"{', '.join(missing)} not found (util-linux provides unshare, mount and setpriv)"
-                )
-            self._tools = {k: v for k, v in found.items() if v}
+            search = os.environ.get("PATH", DEFAULT_PATH) + ":/usr/sbin:/sbin"  # pivot_root
+            found = {name: shutil.which(name, path=search) for name in (*_TOOLS, *_ROOT_TOOLS)}
+            self._tools = {k: v for k, v in found.items() if v} | {"sh": "/bin/sh"}
+        needed = (*_TOOLS, *_ROOT_TOOLS) if isolated else _TOOLS
+        missing = [n for n in needed if n not in self._tools]
+        if missing:
+            raise SandboxUnavailable(f"{', '.join(missing)} not found (util-linux provides "
+                                     f"{', '.join(needed)})")
         return self._tools
 
     def argv(
@@ -216,29 +261,42 @@ class Sandbox:
         *,
         also_hidden: Sequence[Path] = (),
         read_only: Sequence[Path] = (),
+        isolated: bool = False,
     ) -> list[str]:
         """The program to start for `command` (run with `sh -c` in `workdir`). A sub scope
-        passes its workspace in `also_hidden` and its allow-list in `exposed`."""
+        passes its workspace in `also_hidden`, its allow-list in `exposed`, and `isolated`:
+        its command starts from an empty root holding only that allow-list and the system
+        directories (exec_root.py), with no network."""
         if not self.enabled:
             return ["/bin/sh", "-c", command]
-        tools = self._binaries()
-        plan = plan_mounts([*self.hidden, *also_hidden], [*exposed, workdir], read_only)
+        tools = self._binaries(isolated)
+        hidden = [*self.hidden, *also_hidden]
+        if isolated:
+            show = _resolve([*exposed, workdir])
+            ops = plan_root(_resolve(_with_companions(hidden)), show, set(_resolve(read_only)))
+            namespaces = ["--net", "--ipc"]
+        else:
+            ops = plan_mounts(hidden, [*exposed, workdir], read_only, [Path(p) for p in SCRATCH]).ops
+            namespaces = []
         return [
             tools["unshare"], "--user", "--map-root-user", "--pid", "--fork", "--kill-child",
-            "--mount-proc", "--mount", "--propagation", "private", "--",
+            "--mount-proc", "--mount", "--propagation", "private", *namespaces, "--",
             tools["sh"], "-c", SETUP_SCRIPT, "roost-sandbox",
             tools["mount"], tools["setpriv"], tools["sh"], str(workdir),
-            *plan.ops, "--", command,
+            tools.get("pivot_root", "-"), tools.get("umount", "-"),
+            *ops, "--", command,
         ]
 
-    async def probe(self, workdir: Path | None = None, exposed: Sequence[Path] = ()) -> None:
-        """Start `true` exactly as a command would start; raise SandboxUnavailable with the
-        reason if that fails. A success is remembered."""
-        if not self.enabled or self._ready:
+    async def probe(
+        self, workdir: Path | None = None, exposed: Sequence[Path] = (), *, isolated: bool = False
+    ) -> None:
+        """Start `true` exactly as a command would start (`isolated`: as a sub scope's);
+        raise SandboxUnavailable with the reason if that fails. A success is remembered."""
+        if not self.enabled or isolated in self._ready:
             return
         where = workdir if workdir is not None and workdir.is_dir() else Path("/")
         try:
-            argv = self.argv("true", where, [p for p in exposed if p.is_dir()])
+            argv = self.argv("true", where, [p for p in exposed if p.is_dir()], isolated=isolated)
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE, cwd=where, env=command_env(where),
@@ -255,11 +313,12 @@ class Sandbox:
         if proc.returncode != 0:
             reason = " ".join(err.decode("utf-8", "replace").split()) or f"exit status {proc.returncode}"
             raise SandboxUnavailable(_explain(reason))
-        self._ready = True
+        self._ready.add(isolated)
 
 
 _HINTS = {
-    "No space left on device": "the user-namespace limit is 0 or reached (user.max_user_namespaces)",
+    "No space left on device": "a namespace limit is 0 or reached (user.max_user_namespaces; for "
+                               "commands in groups also user.max_net_namespaces and user.max_ipc_namespaces)",
     "Operation not permitted": "this user may not create user namespaces (a container's seccomp or "
                                "AppArmor profile, or kernel.unprivileged_userns_clone=0)",
     "Permission denied": "creating namespaces or mounts was denied (AppArmor or an LSM policy)",
@@ -279,4 +338,9 @@ UNAVAILABLE_FIX = (
     "in Docker run with --security-opt seccomp=unconfined --security-opt apparmor=unconfined), "
     "or set ROOST_AGENT__EXEC_SANDBOX=off to run commands unsandboxed (they can then read "
     "Roost's secrets)"
+)
+ISOLATED_FIX = (
+    "allow network and IPC namespaces for this user (sysctl user.max_net_namespaces > 0 and "
+    "user.max_ipc_namespaces > 0; in Docker also --security-opt seccomp=unconfined); until then "
+    "exec works only in the owner's private chat"
 )
