@@ -1,7 +1,9 @@
 """Workers (orchestrator–worker): a run hands an independent sub-task to a worker run with its
 own isolated context (the task text and what the parent passes, nothing else), the parent's
 tools minus the structural ones (no spawn: depth 1), decided by the same policy as the parent
-(same scope and session: never more rights), its own turn budget and timeout.
+(same scope and session: never more rights), its own turn budget and timeout. Its spend
+counts against the parent's chat and requester (`RunRequest.account`), and the parent's
+between-turns budget check (`between_turns`) stops it like the parent.
 
 Every worker is a task owned by the pool; a parent's workers are cancelled when the parent
 ends (`cancel_run`, e.g. on /stop), and each ends with an honest status: completed, failed,
@@ -21,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from agent_core.events import ApprovalRequested, ApprovalResolved, RunFailed, RunFinished, WorkersChanged
-from agent_core.loop import AgentLoop, LoopConfig, RunRequest
+from agent_core.loop import AgentLoop, BetweenTurns, LoopConfig, RunRequest
 from agent_core.llm import LLMClient
 from agent_core.ports import AgentStore
 from agent_core.tool_runner import ToolRunner
@@ -95,7 +97,9 @@ class WorkerPool:
         config: LoopConfig,
         limits: WorkerLimits | Callable[[], WorkerLimits] = WorkerLimits(),
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        between_turns: BetweenTurns | None = None,
     ) -> None:
+        self._between_turns = between_turns
         self._llm = llm
         self._tools = tools
         self._runner = runner
@@ -193,6 +197,7 @@ class WorkerPool:
             request = RunRequest(
                 session_key=f"worker:{record.id}", scope=parent.scope, run_id=record.id,
                 content=[{"type": "text", "text": f"{_BRIEF}\n\nTask: {text}"}], requester=parent.requester,
+                account=parent.session_key,  # its spend is the chat's and the asker's, never nobody's
             )  # fmt: skip
             try:
                 async with asyncio.timeout(timeout_s):
@@ -218,6 +223,8 @@ class WorkerPool:
                     case ApprovalRequested() | ApprovalResolved() if parent.emit is not None:
                         await parent.emit(event)  # the parent's chat shows the worker's card
                     case RunFinished(stop_reason=reason, text=text):
+                        if reason == "spend_cap":
+                            return "budget_exceeded", text.strip()
                         if reason == "max_turns":
                             return "budget_exceeded", (
                                 f"Used its whole budget of {max_turns} turns without finishing. "
@@ -248,7 +255,7 @@ class WorkerPool:
         return AgentLoop(
             llm=self._llm, tools=registry, runner=self._runner(registry), store=self._store,
             context=lambda *_: _NO_CONTEXT, tool_context=tool_context,
-            config=dataclasses.replace(self._config, max_turns=max_turns),
+            config=dataclasses.replace(self._config, max_turns=max_turns), between_turns=self._between_turns,
         )  # fmt: skip
 
     async def _finish(

@@ -79,9 +79,9 @@ async def test_runs_per_hour_counts_the_runs_table_across_restarts(
 ) -> None:
     key = "dm:telegram:42"
     for i in range(2):
-        await storage.start_run(f"r{i}", key, "m")
+        await storage.start_run(f"r{i}", key, "m", requester="telegram:42")
         clock.advance(timedelta(minutes=20))  # runs at 12:00 and 12:20; now 12:40
-    await storage.start_run("other", "dm:telegram:4", "m")  # another user's run does not count
+    await storage.start_run("other", "dm:telegram:4", "m", requester="telegram:4")  # another user's run does not count
     limiter, _ = limiter_for(LimitSettings(user=ScopeLimits(messages_per_minute=0, runs_per_hour=2, daily_tokens=0)))
     limited = await limiter.check(dm(), key, is_owner=False)
     assert limited is not None and limited.notice == "You've reached the limit of 2 answers per hour; try again at 13:00."
@@ -93,11 +93,11 @@ async def test_daily_token_budget_is_a_spend_cap_until_local_midnight(
     limiter_for, storage: Storage, clock: FakeClock
 ) -> None:
     key = "dm:telegram:42"
-    await storage.start_run("r1", key, "m")
+    await storage.start_run("r1", key, "m", requester="telegram:42")
     await storage.finish_run("r1", "finished", "end_turn", 1, Usage(700, 200, 50_000, 50_000))
     limiter, limits = limiter_for(LimitSettings(user=ScopeLimits(messages_per_minute=0, runs_per_hour=0, daily_tokens=1000)))
     assert await limiter.check(dm(), key, is_owner=False) is None  # 900 of 1000 (cache tokens are not spend)
-    await storage.start_run("r2", key, "m")
+    await storage.start_run("r2", key, "m", requester="telegram:42")
     await storage.finish_run("r2", "finished", "end_turn", 1, Usage(90, 10, 0, 0))
     limited = await limiter.check(dm(), key, is_owner=False)
     assert limited is not None and limited.notice == "You've used today's budget of 1,000 tokens; try again at midnight."

@@ -1,5 +1,6 @@
 """Usage over a time window, read from the runs table: what runs-per-hour and the daily token
-budget count."""
+budget count. A run counts against its `account` (the chat it was made for: a worker's parent
+chat, an isolated job's chat) and its `requester` (the person who asked), wherever it ran."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, or_, select
+from sqlalchemy.sql.elements import ColumnElement
 
 from bot.storage.base import RepositoryBase
 from bot.storage.models import RunModel
@@ -17,7 +19,8 @@ class WindowUsage:
     run_starts: list[datetime]
     """Start times of the runs in the window, oldest first."""
     tokens: int
-    """Input + output tokens of those runs (a run still going counts what it has reported)."""
+    """Input + output tokens of those runs (a run still going counts what it has reported
+    between its turns)."""
 
 
 def _escape_like(text: str) -> str:
@@ -25,14 +28,22 @@ def _escape_like(text: str) -> str:
 
 
 class UsageRepository(RepositoryBase):
-    async def window_usage(self, session_key: str, since: datetime, *, with_topics: bool = False) -> WindowUsage:
-        """Runs of `session_key` started at or after `since`; with_topics also counts the
-        sessions below it (`group:telegram:-100…:<topic>`), so a group's topics share one
-        budget."""
-        match = RunModel.session_key == session_key
-        if with_topics:
-            pattern = _escape_like(session_key) + ":%"
-            match = or_(match, RunModel.session_key.like(pattern, escape="\\"))
+    async def window_usage(
+        self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
+    ) -> WindowUsage:
+        """Runs started at or after `since` charged to `account` (with_topics: also to the
+        sessions below it, `group:telegram:-100…:<topic>`, so a group's topics share one
+        budget) or, with `requester`, asked for by that person in any chat."""
+        match: ColumnElement[bool]
+        if requester is not None:
+            match = RunModel.requester == requester
+        elif account is not None:
+            match = RunModel.account == account
+            if with_topics:
+                pattern = _escape_like(account) + ":%"
+                match = or_(match, RunModel.account.like(pattern, escape="\\"))
+        else:
+            raise ValueError("window_usage needs an account or a requester")
         async with self._tx() as s:
             starts = list(
                 await s.scalars(
