@@ -42,8 +42,9 @@ ToolContextFactory = Callable[["RunRequest"], ToolContext]
 PinnedSource = Callable[["RunRequest"], Awaitable[str]]
 """Text pinned after the cached prefix on every model call (goal lock, current plan step)."""
 BetweenTurns = Callable[["RunRequest", int, Usage], Awaitable[str | None]]
-"""Asked before each model call after the run has spent something (turns so far, usage so
-far, compaction's included): a text ends the run with that message (the spend cap)."""
+"""Asked after each model call that asked for tools, with the turns and usage so far
+(compaction's included): a text ends the run with that message once the turn's tool results
+are stored, before the next model call (the spend cap)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,12 +261,10 @@ class AgentLoop:
     ) -> None:
         corrections = 0
         seen_calls: dict[str, int] = {}
+        spent: str | None = None
         for turn in range(1, self.config.max_turns + 1):
-            if self.between_turns is not None and state.usage != Usage():
-                # The spend cap holds between turns, not only at admission.
-                notice = await self.between_turns(request, state.turns, state.usage)
-                if notice:
-                    raise _Stop("spend_cap", notice)
+            if spent:  # the spend cap holds between turns, not only when the message was admitted
+                raise _Stop("spend_cap", spent)
             state.turns = turn
             # The pinned goal and current step go after the cached prefix, fresh every turn.
             pinned = await self._pinned(request) if self._pinned is not None else ""
@@ -293,6 +292,8 @@ class AgentLoop:
                 if done.stop_reason == "max_tokens" and done.content:
                     state.stop_reason = "max_tokens"
                 return
+            if self.between_turns is not None:  # asked before the tools run: workers see this turn's spend
+                spent = await self.between_turns(request, turn, state.usage)
             malformed = _malformed_by_new_id(done, content, pairs)
             if done.stop_reason == "max_tokens":
                 # A tool call cut off by the token limit has a truncated input: never run it.
