@@ -218,6 +218,11 @@ class RateLimiter:
         end = datetime.combine(local.date() + timedelta(days=1), time(0), tzinfo=zone)
         return start.astimezone(UTC), end.astimezone(UTC)
 
+    @property
+    def zone(self) -> tzinfo | None:
+        """Whose midnight starts a day (ROOST_TIMEZONE; None: the machine's)."""
+        return self._tz
+
     def _forget_past(self, now: datetime) -> None:
         # Bounded memory: windows that are over and notices whose window ended are dropped.
         for key, until in list(self._told.items()):

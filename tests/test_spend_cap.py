@@ -11,6 +11,7 @@ exempt."""
 from __future__ import annotations
 
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import text
 
@@ -118,7 +119,9 @@ async def test_a_users_budget_counts_their_group_runs_in_their_dm(
 ) -> None:
     fake_api.script(reply_text("Here is the group answer.", usage=usage(1200)))
     limits = {"user": {**OFF, "daily_tokens": 1000}, "group": {**OFF, "daily_tokens": 0}}
-    async with running(tmp_path, tg, fake_api, paced=False, limits=limits) as h:
+    async with running(tmp_path, tg, fake_api, paced=False, limits=limits, timezone="America/New_York") as h:
+        assert h.app.conversations.limiter is not None
+        assert h.app.conversations.limiter.zone == ZoneInfo("America/New_York")  # a day is ROOST_TIMEZONE's
         await h.app.storage.pair_user("telegram", str(MEMBER), "Bob")
         tg.send_group(GROUP, MEMBER, "summarise the thread", mention=True, first_name="Bob")
         await h.bot_text(GROUP, lambda t: t.startswith("Here is the group answer."))
