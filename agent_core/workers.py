@@ -250,7 +250,9 @@ class WorkerPool:
 
         def tool_context(request: RunRequest) -> ToolContext:
             # The parent's scope and session decide every call: never more rights than it.
-            return dataclasses.replace(parent, run_id=request.run_id, messenger=None, emit=None, end=None)
+            # Its tool calls count against the parent run's cap.
+            return dataclasses.replace(parent, run_id=request.run_id, cap_run_id=parent.cap_run_id or parent.run_id,
+                                       messenger=None, emit=None, end=None)  # fmt: skip
 
         return AgentLoop(
             llm=self._llm, tools=registry, runner=self._runner(registry), store=self._store,

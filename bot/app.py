@@ -32,7 +32,7 @@ from bot import breaker_report
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
 from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
-from agent_core.tool_runner import ToolRunner
+from agent_core.tool_runner import CallCounts, ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.conversations import Conversations
 from bot.live_config import LiveConfig, tool_call_cap
@@ -219,16 +219,17 @@ async def build(
         live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=registry.names())
         await live.start()
         stack.push_async_callback(live.aclose)
+        call_counts = CallCounts()  # a run's tool calls and its workers' count against one cap
         runner = ToolRunner(
             registry, gate, storage, audit=storage, default_timeout_s=settings.agent.tool_timeout_s,
-            policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx),
+            policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx), counts=call_counts,
         )
 
         def worker_runner(tools: ToolRegistry) -> ToolRunner:
             # The same gate, policy and limits as the parent's runner: never more rights.
             return ToolRunner(
                 tools, gate, storage, audit=storage, default_timeout_s=settings.agent.tool_timeout_s,
-                policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx),
+                policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx), counts=call_counts,
             )
 
         loop_config = LoopConfig(
