@@ -133,3 +133,35 @@ async def test_a_users_budget_counts_their_group_runs_in_their_dm(
         tg.send_group(GROUP, STRANGER, "hello", mention=True, first_name="Sam")
         await h.bot_text(GROUP, lambda t: t.startswith("Hi Sam."))
         assert len(fake_api.requests) == 2
+
+
+async def test_a_members_isolated_group_job_counts_against_the_group_and_the_member(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """Not a fresh budget per job: the job's spend is its chat's and its maker's."""
+    from datetime import UTC, datetime
+
+    from tests.scheduler_support import FakeClock, running_at, tick
+
+    clock = FakeClock(datetime(2026, 11, 23, 8, 0, tzinfo=UTC))
+    limits = {"user": {**OFF, "daily_tokens": 1000}, "group": {**OFF, "daily_tokens": 1000}}
+    policy = {"groups": {f"telegram:{GROUP}": {"write": "allow"}}}  # members may schedule here
+    async with running_at(tmp_path, tg, fake_api, clock, limits=limits, policy=policy) as h:
+        await h.app.storage.pair_user("telegram", str(MEMBER), "Bob")
+        fake_api.script(
+            reply_tools(ToolUse("schedule", {"action": "create", "name": "digest", "prompt": "Post the digest",
+                                             "delay_minutes": 5, "isolated": True}), usage=usage(100)),
+            reply_text("Scheduled.", usage=usage(100)),
+        )
+        tg.send_group(GROUP, MEMBER, "schedule the digest", mention=True, first_name="Bob")
+        await h.bot_text(GROUP, lambda t: t.startswith("Scheduled."))
+        fake_api.script(reply_text("Digest: a long one.", usage=usage(1000)))
+        clock.advance(minutes=5)
+        await tick(h.app.scheduler)  # type: ignore[arg-type]
+        await h.bot_text(GROUP, lambda t: t.endswith("Digest: a long one."))
+        await h.app.conversations.lanes.drain()
+        tg.send_group(GROUP, STRANGER, "hello", mention=True, first_name="Sam")
+        await h.bot_text(GROUP, lambda t: t.startswith("This group has used today's budget of 1,000 tokens"))
+        tg.send_private(MEMBER, "hi", first_name="Bob")
+        await h.says(MEMBER, "You've used today's budget of 1,000 tokens; try again at midnight.")
+        assert len(fake_api.requests) == 3
