@@ -5,9 +5,10 @@ is queued for a run, and the daily budget again between a run's turns.
   at most a minute);
 - runs per hour and tokens per local day (midnight to midnight in ROOST_TIMEZONE, not a
   rolling 24 hours): counted from the runs table, so they hold across restarts. A run counts
-  against the person who asked (in any chat: their DM, groups, their jobs) and against the
-  chat it was made for (a group with all its topics, its isolated jobs and the workers its
-  runs spawned). A running run has stored what it spent so far (`note_usage`).
+  against the person who asked (in any chat: their DM, groups, their jobs; of messages
+  answered together, the last one's sender) and against the chat it was made for (a group
+  with all its topics, its isolated jobs and the workers its runs spawned). A running run has
+  stored what it spent up to its last model call (`note_usage`).
 - between turns (`RunBudget`): a run whose user or group has reached the daily budget ends
   before its next model call, with a message saying so, so one admitted message spends at
   most one turn past the cap (per run going at once: a parent and its workers).
