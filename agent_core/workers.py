@@ -2,8 +2,9 @@
 own isolated context (the task text and what the parent passes, nothing else), the parent's
 tools minus the structural ones (no spawn: depth 1), decided by the same policy as the parent
 (same scope and session: never more rights), its own turn budget and timeout. Its spend
-counts against the parent's chat and requester (`RunRequest.account`), and the parent's
-between-turns budget check (`between_turns`) stops it like the parent.
+counts against the parent's chat and requester (`RunRequest.account`); the between-turns
+budget check (`between_turns`) stops it like any run, and a worker stopped by it ends its
+parent after that turn too.
 
 Every worker is a task owned by the pool; a parent's workers are cancelled when the parent
 ends (`cancel_run`, e.g. on /stop), and each ends with an honest status: completed, failed,
@@ -27,7 +28,7 @@ from agent_core.loop import AgentLoop, BetweenTurns, LoopConfig, RunRequest
 from agent_core.llm import LLMClient
 from agent_core.ports import AgentStore
 from agent_core.tool_runner import ToolRunner
-from agent_core.tools import Tool, ToolContext, ToolError, ToolRegistry
+from agent_core.tools import RunEnd, Tool, ToolContext, ToolError, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,10 @@ class WorkerPool:
                         await parent.emit(event)  # the parent's chat shows the worker's card
                     case RunFinished(stop_reason=reason, text=text):
                         if reason == "spend_cap":
+                            # The chat's budget is spent: the parent ends too, after this turn's
+                            # results, with the same message (no further model call).
+                            if parent.end is None:
+                                parent.end = RunEnd("spend_cap", _last_paragraph(text))
                             return "budget_exceeded", text.strip()
                         if reason == "max_turns":
                             return "budget_exceeded", (
@@ -280,6 +285,10 @@ _BRIEF = (
     "You are a worker: do only the task below with the tools you have, then answer with the "
     "result (facts, what you checked). You cannot ask the user anything."
 )
+
+
+def _last_paragraph(text: str) -> str:
+    return text.strip().rpartition("\n\n")[2]
 
 
 def _short(text: str, limit: int = 160) -> str:

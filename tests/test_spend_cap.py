@@ -19,7 +19,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Reply, ToolUse, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import GROUP, MEMBER, OWNER, STRANGER, Harness, running, tg  # noqa: F401
-from tests.test_workers import parent_result, spawn, worker_turn
+from tests.test_workers import spawn, worker_turn
 
 OFF = {"messages_per_minute": 0, "runs_per_hour": 0}
 
@@ -91,27 +91,28 @@ async def test_workers_spend_counts_against_the_group_and_a_worker_cannot_exceed
         )
     fake_api.script(
         reply_tools(spawn("digger", "dig deep"), usage=usage(100)),
-        reply_text("The digger ran out of budget.", usage=usage(100)),
+        reply_text("never reached", usage=usage(100)),
     )
     limits = {"user": OFF | {"daily_tokens": 0}, "group": {**OFF, "daily_tokens": 1000}}
     async with running(tmp_path, tg, fake_api, paced=False, limits=limits) as h:
         tg.send_group(GROUP, MEMBER, "dig as deep as you can", mention=True, first_name="Bob")
-        await h.bot_text(GROUP, lambda t: t.startswith("The digger ran out of budget."))
+        # The parent ends after the worker's result, saying why, without another model call.
+        await h.bot_text(GROUP, lambda t: "(Stopped: this group has used today's budget of 1,000 tokens" in t)
         await h.app.conversations.lanes.drain()
         # 100 (parent) + 3 × 400: the worker's third turn crossed 1,000; it made no fourth call.
         worker_calls = [r for r in fake_api.requests if "Task: dig deep" in r.body.decode()]
-        assert len(worker_calls) == 3
-        result = await parent_result(h, fake_api, 2)
-        assert "(“digger”): budget_exceeded" in result
-        assert "this group has used today's budget of 1,000 tokens" in result
+        assert len(worker_calls) == 3 and len(fake_api.requests) == 4
+        (worker,) = await h.app.storage.worker_runs()
+        assert worker.status == "budget_exceeded"
+        assert "this group has used today's budget of 1,000 tokens" in (worker.result or "")
         # The worker's tokens are on the group's budget: the group's next message is refused.
         tg.send_group(GROUP, MEMBER, "and again", mention=True, first_name="Bob")
         await h.bot_text(GROUP, lambda t: t.startswith("This group has used today's budget of 1,000 tokens"))
-        assert len(fake_api.requests) == 5  # nothing was asked for the refused message
+        assert len(fake_api.requests) == 4  # nothing was asked for the refused message
         group_key = f"group:telegram:{GROUP}"
-        assert await stored_tokens(h, f"account = '{group_key}'") == 1400 == charged(fake_api)
+        assert await stored_tokens(h, f"account = '{group_key}'") == 1300 == charged(fake_api) <= 1000 + 400
         # ... and on the person who asked.
-        assert await stored_tokens(h, f"requester = 'telegram:{MEMBER}'") == 1400
+        assert await stored_tokens(h, f"requester = 'telegram:{MEMBER}'") == 1300
 
 
 async def test_a_users_budget_counts_their_group_runs_in_their_dm(
