@@ -47,6 +47,10 @@ class UsageSource(Protocol):
         self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
     ) -> WindowUsage: ...
 
+    async def window_tokens(
+        self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
+    ) -> int: ...
+
 
 class UsageNotes(Protocol):
     async def note_usage(self, run_id: str, turns: int, usage: Usage) -> None: ...
@@ -70,10 +74,15 @@ class _Bucket:
     limits: ScopeLimits
     is_group: bool
 
-    async def usage(self, source: UsageSource, since: datetime) -> WindowUsage:
+    async def run_starts(self, source: UsageSource, since: datetime) -> list[datetime]:
         if self.is_group:  # the group's runs, its topics', its jobs' and their workers'
-            return await source.window_usage(since, account=self.key, with_topics=True)
-        return await source.window_usage(since, requester=self.key)  # the person's, everywhere
+            return (await source.window_usage(since, account=self.key, with_topics=True)).run_starts
+        return (await source.window_usage(since, requester=self.key)).run_starts  # the person's, everywhere
+
+    async def tokens(self, source: UsageSource, since: datetime) -> int:
+        if self.is_group:
+            return await source.window_tokens(since, account=self.key, with_topics=True)
+        return await source.window_tokens(since, requester=self.key)
 
 
 def group_of(key: str) -> str | None:
@@ -161,7 +170,7 @@ class RateLimiter:
             if len(window) >= limits.messages_per_minute:
                 return "messages_per_minute", limits.messages_per_minute, window[-limits.messages_per_minute] + MINUTE
         if limits.runs_per_hour:
-            starts = (await bucket.usage(self._usage, now - HOUR)).run_starts
+            starts = await bucket.run_starts(self._usage, now - HOUR)
             if len(starts) >= limits.runs_per_hour:
                 return "runs_per_hour", limits.runs_per_hour, starts[-limits.runs_per_hour] + HOUR
         return await self._over_day(bucket, now)
@@ -170,7 +179,7 @@ class RateLimiter:
         if not bucket.limits.daily_tokens:
             return None
         midnight, tomorrow = self._day(now)
-        if (await bucket.usage(self._usage, midnight)).tokens >= bucket.limits.daily_tokens:
+        if await bucket.tokens(self._usage, midnight) >= bucket.limits.daily_tokens:
             return "daily_tokens", bucket.limits.daily_tokens, tomorrow
         return None
 

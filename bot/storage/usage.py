@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Select, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from bot.storage.base import RepositoryBase
@@ -27,6 +27,23 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+def _charged_to(account: str | None, with_topics: bool, requester: str | None) -> ColumnElement[bool]:
+    if requester is not None:
+        return RunModel.requester == requester
+    if account is None:
+        raise ValueError("usage needs an account or a requester")
+    match: ColumnElement[bool] = RunModel.account == account
+    if with_topics:
+        pattern = _escape_like(account) + ":%"
+        match = or_(match, RunModel.account.like(pattern, escape="\\"))
+    return match
+
+
+def _tokens(match: ColumnElement[bool], since: datetime) -> Select[tuple[int]]:
+    spent = func.coalesce(func.sum(RunModel.input_tokens + RunModel.output_tokens), 0)
+    return select(spent).where(match, RunModel.started_at >= since)
+
+
 class UsageRepository(RepositoryBase):
     async def window_usage(
         self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
@@ -34,16 +51,7 @@ class UsageRepository(RepositoryBase):
         """Runs started at or after `since` charged to `account` (with_topics: also to the
         sessions below it, `group:telegram:-100…:<topic>`, so a group's topics share one
         budget) or, with `requester`, asked for by that person in any chat."""
-        match: ColumnElement[bool]
-        if requester is not None:
-            match = RunModel.requester == requester
-        elif account is not None:
-            match = RunModel.account == account
-            if with_topics:
-                pattern = _escape_like(account) + ":%"
-                match = or_(match, RunModel.account.like(pattern, escape="\\"))
-        else:
-            raise ValueError("window_usage needs an account or a requester")
+        match = _charged_to(account, with_topics, requester)
         async with self._tx() as s:
             starts = list(
                 await s.scalars(
@@ -52,10 +60,15 @@ class UsageRepository(RepositoryBase):
                     .order_by(RunModel.started_at)
                 )
             )
-            tokens = await s.scalar(
-                select(func.coalesce(func.sum(RunModel.input_tokens + RunModel.output_tokens), 0)).where(
-                    match, RunModel.started_at >= since
-                )
-            )
+            tokens = await s.scalar(_tokens(match, since))
         # int(): PostgreSQL returns SUM(bigint) as Decimal.
         return WindowUsage(starts, int(tokens or 0))
+
+    async def window_tokens(
+        self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
+    ) -> int:
+        """Input + output tokens of the runs `window_usage` counts (one aggregate: what the
+        between-turns budget check reads)."""
+        async with self._tx() as s:
+            tokens = await s.scalar(_tokens(_charged_to(account, with_topics, requester), since))
+        return int(tokens or 0)
