@@ -42,9 +42,9 @@ ToolContextFactory = Callable[["RunRequest"], ToolContext]
 PinnedSource = Callable[["RunRequest"], Awaitable[str]]
 """Text pinned after the cached prefix on every model call (goal lock, current plan step)."""
 BetweenTurns = Callable[["RunRequest", int, Usage], Awaitable[str | None]]
-"""Asked after each model call that asked for tools, with the turns and usage so far
-(compaction's included): a text ends the run with that message once the turn's tool results
-are stored, before the next model call (the spend cap)."""
+"""Asked after compaction's calls and after each model call that asked for tools, with the
+turns and usage so far: a text ends the run with that message before its next model call
+(once the turn's tool results are stored): the spend cap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +262,8 @@ class AgentLoop:
         corrections = 0
         seen_calls: dict[str, int] = {}
         spent: str | None = None
+        if self.between_turns is not None and state.usage != Usage():  # compaction's calls spent
+            spent = await self.between_turns(request, 0, state.usage)
         for turn in range(1, self.config.max_turns + 1):
             if spent:  # the spend cap holds between turns, not only when the message was admitted
                 raise _Stop("spend_cap", spent)
