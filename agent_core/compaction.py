@@ -140,6 +140,8 @@ class CompactionCall:
     out (so nothing is left out silently while the context is still under the threshold)."""
     notices: list[str] = field(default_factory=list)
     """Filled with what the user must be told (a failed attempt)."""
+    usage: Usage = field(default_factory=Usage)
+    """What the flush and summary calls spent (even a failed attempt's): the run counts it."""
 
 
 def estimate_tokens(*parts: Any) -> int:
@@ -328,7 +330,7 @@ class Compactor:
         only memory tools run."""
         messages = repair([*history, {"role": "user", "content": [{"type": "text", "text": FLUSH_PROMPT}]}])
         for _ in range(self.config.flush_turns):
-            done = await self._complete(LLMRequest(call.model, call.system, call.tools, messages, 1024))
+            done = await self._complete(LLMRequest(call.model, call.system, call.tools, messages, 1024), call)
             uses = [b for b in done.content if b.get("type") == "tool_use"]
             if not uses:
                 return
@@ -355,19 +357,20 @@ class Compactor:
             call.model, [{"type": "text", "text": SUMMARY_SYSTEM}], [],
             [{"role": "user", "content": [{"type": "text", "text": prompt}]}], self.config.summary_max_tokens,
         )  # fmt: skip
-        done = await self._complete(request)
+        done = await self._complete(request, call)
         text = "\n".join(b["text"] for b in done.content if b.get("type") == "text").strip()
         if not text:
             raise ValueError("the summary came back empty")
         return normalise_summary(text)
 
-    async def _complete(self, request: LLMRequest) -> MessageComplete:
+    async def _complete(self, request: LLMRequest, call: CompactionCall) -> MessageComplete:
         done: MessageComplete | None = None
         async for item in self._llm.stream(request):
             if not isinstance(item, TextChunk):
                 done = item
         if done is None:
             raise ValueError("the model sent no answer")
+        call.usage = call.usage + done.usage
         return done
 
 

@@ -41,6 +41,10 @@ ContextBuilder = Callable[[str, Scope, datetime], ContextParts]
 ToolContextFactory = Callable[["RunRequest"], ToolContext]
 PinnedSource = Callable[["RunRequest"], Awaitable[str]]
 """Text pinned after the cached prefix on every model call (goal lock, current plan step)."""
+BetweenTurns = Callable[["RunRequest", int, Usage], Awaitable[str | None]]
+"""Asked after compaction's calls and after each model call that asked for tools, with the
+turns and usage so far: a text ends the run with that message before its next model call
+(once the turn's tool results are stored): the spend cap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,9 @@ class RunRequest:
     steer: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
     """Queue mode `steer`: asked at each tool boundary for user text that arrived meanwhile;
     its blocks join the tool results' user message (after them, so the transcript stays valid)."""
+    account: str = ""
+    """The session whose budget the run counts against when it is not its own (a worker's:
+    the chat that spawned it)."""
 
 
 class _Stop(Exception):
@@ -98,8 +105,10 @@ class AgentLoop:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         pinned: PinnedSource | None = None,
         compactor: Compactor | None = None,
+        between_turns: BetweenTurns | None = None,
     ) -> None:
         self._pinned = pinned
+        self.between_turns = between_turns
         self.compactor = compactor
         self._llm = llm
         self._tools = tools
@@ -147,7 +156,9 @@ class AgentLoop:
         content = clean_json(request.content)
         # One transaction records the run, reads the conversation and stores the user's
         # message: it is durable before the model is called.
-        stored = await self._store.begin_run(run_id, request.session_key, model, content)
+        stored = await self._store.begin_run(
+            run_id, request.session_key, model, content, account=request.account, requester=request.requester
+        )
         await emit(RunStarted(run_id, request.session_key))
         budget = min(self.config.history_budget_chars, self._learned_budget.get(model, 1 << 62))
         state = _RunState(budget=budget)
@@ -227,7 +238,10 @@ class AgentLoop:
         call = CompactionCall(
             request.session_key, model, system, tool_defs, stored, content, silent_tools, state.budget
         )
-        history = await self.compactor.prepare(call)
+        try:
+            history = await self.compactor.prepare(call)
+        finally:
+            state.usage = state.usage + call.usage  # the flush and summary calls are spend too
         for notice in call.notices:  # told once: a failed attempt is recorded, not retried
             state.text += f"{notice}\n\n"
             await emit(TextDelta(f"{notice}\n\n"))
@@ -247,7 +261,12 @@ class AgentLoop:
     ) -> None:
         corrections = 0
         seen_calls: dict[str, int] = {}
+        spent: str | None = None
+        if self.between_turns is not None and state.usage != Usage():  # compaction's calls spent
+            spent = await self.between_turns(request, 0, state.usage)
         for turn in range(1, self.config.max_turns + 1):
+            if spent:  # the spend cap holds between turns, not only when the message was admitted
+                raise _Stop("spend_cap", spent)
             state.turns = turn
             # The pinned goal and current step go after the cached prefix, fresh every turn.
             pinned = await self._pinned(request) if self._pinned is not None else ""
@@ -275,6 +294,8 @@ class AgentLoop:
                 if done.stop_reason == "max_tokens" and done.content:
                     state.stop_reason = "max_tokens"
                 return
+            if self.between_turns is not None:  # asked before the tools run: workers see this turn's spend
+                spent = await self.between_turns(request, turn, state.usage)
             malformed = _malformed_by_new_id(done, content, pairs)
             if done.stop_reason == "max_tokens":
                 # A tool call cut off by the token limit has a truncated input: never run it.

@@ -46,13 +46,17 @@ class TranscriptStore(Protocol):
 
 
 class RunStore(Protocol):
-    async def start_run(self, run_id: str, session_key: str, model: str) -> None: ...
+    async def start_run(
+        self, run_id: str, session_key: str, model: str, *, account: str = "", requester: str = ""
+    ) -> None: ...
 
     async def begin_run(
-        self, run_id: str, session_key: str, model: str, content: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+        self, run_id: str, session_key: str, model: str, content: list[dict[str, Any]],
+        *, account: str = "", requester: str = "",
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """start_run + load_transcript + append_message(user `content`) in one transaction;
-        returns the transcript before `content`."""
+        returns the transcript before `content`. `account` (default: the session) and
+        `requester` say whose budgets the run counts against."""
         ...
 
     async def finish_run(

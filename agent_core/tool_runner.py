@@ -66,6 +66,23 @@ class _Trail:
     status: str = "error"
 
 
+class CallCounts:
+    """Tool calls per run, shared by every runner whose calls count together (a run's and
+    its workers'); the oldest runs are forgotten first."""
+
+    def __init__(self, kept: int = _RUNS_TRACKED) -> None:
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._kept = kept
+
+    def add(self, run_id: str) -> int:
+        """Count one more call of `run_id`; returns its count so far."""
+        count = self._counts.pop(run_id, 0) + 1
+        self._counts[run_id] = count
+        while len(self._counts) > self._kept:
+            self._counts.popitem(last=False)
+        return count
+
+
 class GrantLookup(Protocol):
     async def has_grant(self, rule: GrantRule) -> bool: ...
 
@@ -83,9 +100,11 @@ class ToolRunner:
         grants: GrantLookup | None = None,
         call_cap: CallCap | int = 0,
         untrusted_results: Collection[str] = UNTRUSTED_RESULT_TOOLS,
+        counts: CallCounts | None = None,
     ) -> None:
         """`policy` is read on every call (pass the live config's getter to hot-reload);
-        `grants` defaults to `store` when it can look grants up."""
+        `grants` defaults to `store` when it can look grants up; `counts` is shared with the
+        runners of the workers whose calls count against the same run's cap."""
         self._registry = registry
         self._gate = gate
         self._store = store
@@ -97,7 +116,7 @@ class ToolRunner:
             self._grants = store  # type: ignore[assignment]
         self._call_cap: CallCap = call_cap if callable(call_cap) else (lambda _ctx, n=call_cap: n)
         self._untrusted = frozenset(untrusted_results)
-        self._calls_per_run: OrderedDict[str, int] = OrderedDict()
+        self._counts = counts if counts is not None else CallCounts()
 
     async def _decide(self, policy: Policy, ctx: ToolContext, tool: Tool[Any], normalised: str) -> tuple[Verdict, str]:
         """(verdict, what decided it: a policy key, or "grant"). Policy first; then a stored
@@ -175,12 +194,9 @@ class ToolRunner:
             log.exception("audit.write_failed", extra={"tool": call.name})
 
     def _over_cap(self, ctx: ToolContext) -> int:
-        """The cap if this call exceeds it, else 0. Counts every call of the run."""
-        key = ctx.run_id or ctx.session_key
-        count = self._calls_per_run.pop(key, 0) + 1
-        self._calls_per_run[key] = count
-        while len(self._calls_per_run) > _RUNS_TRACKED:
-            self._calls_per_run.popitem(last=False)
+        """The cap if this call exceeds it, else 0. Counts every call of the run (and of
+        the workers it spawned)."""
+        count = self._counts.add(ctx.cap_run_id or ctx.run_id or ctx.session_key)
         cap = self._call_cap(ctx)
         return cap if cap and count > cap else 0
 

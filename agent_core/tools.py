@@ -61,6 +61,9 @@ class ToolContext:
     end: RunEnd | None = None
     """Set by a tool to end the run after this turn's results are stored (plan abort,
     too many unsupported advances)."""
+    cap_run_id: str = ""
+    """The run whose tool-call cap this call counts against when not its own (a worker's:
+    the run that spawned it)."""
 
 
 @dataclass(frozen=True, slots=True)

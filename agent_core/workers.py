@@ -1,7 +1,10 @@
 """Workers (orchestrator–worker): a run hands an independent sub-task to a worker run with its
 own isolated context (the task text and what the parent passes, nothing else), the parent's
 tools minus the structural ones (no spawn: depth 1), decided by the same policy as the parent
-(same scope and session: never more rights), its own turn budget and timeout.
+(same scope and session: never more rights), its own turn budget and timeout. Its spend
+counts against the parent's chat and requester (`RunRequest.account`); the between-turns
+budget check (`between_turns`) stops it like any run, and a worker stopped by it ends its
+parent after that turn too.
 
 Every worker is a task owned by the pool; a parent's workers are cancelled when the parent
 ends (`cancel_run`, e.g. on /stop), and each ends with an honest status: completed, failed,
@@ -21,11 +24,11 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from agent_core.events import ApprovalRequested, ApprovalResolved, RunFailed, RunFinished, WorkersChanged
-from agent_core.loop import AgentLoop, LoopConfig, RunRequest
+from agent_core.loop import AgentLoop, BetweenTurns, LoopConfig, RunRequest
 from agent_core.llm import LLMClient
 from agent_core.ports import AgentStore
 from agent_core.tool_runner import ToolRunner
-from agent_core.tools import Tool, ToolContext, ToolError, ToolRegistry
+from agent_core.tools import RunEnd, Tool, ToolContext, ToolError, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +98,9 @@ class WorkerPool:
         config: LoopConfig,
         limits: WorkerLimits | Callable[[], WorkerLimits] = WorkerLimits(),
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        between_turns: BetweenTurns | None = None,
     ) -> None:
+        self._between_turns = between_turns
         self._llm = llm
         self._tools = tools
         self._runner = runner
@@ -193,6 +198,7 @@ class WorkerPool:
             request = RunRequest(
                 session_key=f"worker:{record.id}", scope=parent.scope, run_id=record.id,
                 content=[{"type": "text", "text": f"{_BRIEF}\n\nTask: {text}"}], requester=parent.requester,
+                account=parent.session_key,  # its spend is the chat's and the asker's, never nobody's
             )  # fmt: skip
             try:
                 async with asyncio.timeout(timeout_s):
@@ -218,6 +224,12 @@ class WorkerPool:
                     case ApprovalRequested() | ApprovalResolved() if parent.emit is not None:
                         await parent.emit(event)  # the parent's chat shows the worker's card
                     case RunFinished(stop_reason=reason, text=text):
+                        if reason == "spend_cap":
+                            # The chat's budget is spent: the parent ends too, after this turn's
+                            # results, with the same message (no further model call).
+                            if parent.end is None:
+                                parent.end = RunEnd("spend_cap", _last_paragraph(text))
+                            return "budget_exceeded", text.strip()
                         if reason == "max_turns":
                             return "budget_exceeded", (
                                 f"Used its whole budget of {max_turns} turns without finishing. "
@@ -243,12 +255,14 @@ class WorkerPool:
 
         def tool_context(request: RunRequest) -> ToolContext:
             # The parent's scope and session decide every call: never more rights than it.
-            return dataclasses.replace(parent, run_id=request.run_id, messenger=None, emit=None, end=None)
+            # Its tool calls count against the parent run's cap.
+            return dataclasses.replace(parent, run_id=request.run_id, cap_run_id=parent.cap_run_id or parent.run_id,
+                                       messenger=None, emit=None, end=None)  # fmt: skip
 
         return AgentLoop(
             llm=self._llm, tools=registry, runner=self._runner(registry), store=self._store,
             context=lambda *_: _NO_CONTEXT, tool_context=tool_context,
-            config=dataclasses.replace(self._config, max_turns=max_turns),
+            config=dataclasses.replace(self._config, max_turns=max_turns), between_turns=self._between_turns,
         )  # fmt: skip
 
     async def _finish(
@@ -271,6 +285,10 @@ _BRIEF = (
     "You are a worker: do only the task below with the tools you have, then answer with the "
     "result (facts, what you checked). You cannot ask the user anything."
 )
+
+
+def _last_paragraph(text: str) -> str:
+    return text.strip().rpartition("\n\n")[2]
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -32,7 +32,7 @@ from bot import breaker_report
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
 from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
-from agent_core.tool_runner import ToolRunner
+from agent_core.tool_runner import CallCounts, ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.conversations import Conversations
 from bot.live_config import LiveConfig, tool_call_cap
@@ -40,12 +40,13 @@ from bot.lean_imports import hidden
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.platforms import group_admins
-from bot.ratelimits import RateLimiter
+from bot.ratelimits import RateLimiter, RunBudget
 from bot.roles import AccessManager
 from bot.router import Router
 from bot.scheduling.book import JobBook
 from bot.scheduling.runs import JobRuns
 from bot.scheduling.scheduler import Scheduler
+from bot.scheduling.schedules import zone
 from bot.settings import Settings, config_path
 from bot.storage import Storage
 from workspace.bootstrap import ensure_workspace
@@ -218,16 +219,17 @@ async def build(
         live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=registry.names())
         await live.start()
         stack.push_async_callback(live.aclose)
+        call_counts = CallCounts()  # a run's tool calls and its workers' count against one cap
         runner = ToolRunner(
             registry, gate, storage, audit=storage, default_timeout_s=settings.agent.tool_timeout_s,
-            policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx),
+            policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx), counts=call_counts,
         )
 
         def worker_runner(tools: ToolRegistry) -> ToolRunner:
             # The same gate, policy and limits as the parent's runner: never more rights.
             return ToolRunner(
                 tools, gate, storage, audit=storage, default_timeout_s=settings.agent.tool_timeout_s,
-                policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx),
+                policy=lambda: live.policy, call_cap=lambda ctx: tool_call_cap(live.limits, ctx), counts=call_counts,
             )
 
         loop_config = LoopConfig(
@@ -238,8 +240,14 @@ async def build(
             return WorkerLimits(max_children=w.per_run, max_running=w.running, max_turns=w.max_turns,
                                 timeout_s=w.timeout_s)
 
+        # Read on every message, so a hot-reloaded [limits] applies to the next one; a day is
+        # ROOST_TIMEZONE's, midnight to midnight.
+        limiter = RateLimiter(storage, storage, lambda: live.limits, tz=zone(settings.tz_name))
+        # The spend cap between turns, for every run and worker (the router is built below).
+        run_budget = RunBudget(limiter, storage, lambda identity: router.is_owner_identity(identity))
         workers = WorkerPool(
-            llm=llm, tools=registry, runner=worker_runner, store=storage, config=loop_config, limits=worker_limits
+            llm=llm, tools=registry, runner=worker_runner, store=storage, config=loop_config, limits=worker_limits,
+            between_turns=run_budget,
         )
         stack.push_async_callback(workers.aclose)
         registry.register(make_spawn_tool(workers))
@@ -277,6 +285,7 @@ async def build(
                 context_window_tokens=settings.agent.context_window_tokens, compact_at=settings.agent.compact_at,
                 keep_recent_tokens=settings.agent.compact_keep_tokens, timeout_s=settings.agent.compact_timeout_s,
             )),  # fmt: skip
+            between_turns=run_budget,
         )
         router = Router(
             storage,
@@ -299,8 +308,7 @@ async def build(
             models=[settings.agent.model, *settings.agent.fallback_models],
             queue_mode=settings.agent.queue_mode,
             max_concurrent_runs=settings.agent.max_concurrent_runs,
-            # Read on every message, so a hot-reloaded [limits] applies to the next one.
-            limiter=RateLimiter(storage, storage, lambda: live.limits),
+            limiter=limiter,
             access=AccessManager(
                 storage, storage, owners=settings.owners, approvers=settings.approvers, config_groups=config_groups
             ),

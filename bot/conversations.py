@@ -320,8 +320,7 @@ class Conversations:
             return "no-chat"
         route = Accept(session_key, scope_of(session_key), self.router.is_owner(inbound))
         if self.limiter is not None:
-            exempt = route.is_owner and route.scope is Scope.MAIN
-            if await self.limiter.check(inbound, session_key, is_owner=exempt) is not None:
+            if await self.limiter.check(inbound, session_key, is_owner=route.is_owner, scheduled=True) is not None:
                 await self.storage.discard_inbound(inbox_id)
                 return "rate-limited"
         await self.storage.ensure_session(session_key, route.scope.value, inbound.platform, inbound.chat_id)

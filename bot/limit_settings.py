@@ -6,10 +6,10 @@ owner_exempt = true            # the owner is never limited unless this is false
 
 [limits.user]                  # each user but the owner, counted across all their chats
 messages_per_minute = 60       # a flood guard
-runs_per_hour = 60             # runs of their private session
-daily_tokens = 300000          # input + output tokens of their private session per local day
+runs_per_hour = 60             # runs they asked for anywhere (DM, groups, their jobs, workers)
+daily_tokens = 300000          # input + output tokens of those runs per local day (ROOST_TIMEZONE)
 
-[limits.group]                 # each group, all its topics together
+[limits.group]                 # each group: its topics, isolated jobs and workers together
 messages_per_minute = 30
 runs_per_hour = 120
 daily_tokens = 1000000

@@ -1,16 +1,23 @@
-"""Rate limits and the daily token budget, per user and per group, checked before a message
-is queued for a run.
+"""Rate limits and the daily token budget, per user and per group: checked before a message
+is queued for a run, and the daily budget again between a run's turns.
 
 - messages per minute: a sliding window of admitted messages, in memory (a restart forgets
   at most a minute);
-- runs per hour and tokens per local day: counted from the runs table, so they hold across
-  restarts. A user's runs are those of their private session; a group's are those of the
-  group and all its topics.
+- runs per hour and tokens per local day (midnight to midnight in ROOST_TIMEZONE, not a
+  rolling 24 hours): counted from the runs table, so they hold across restarts. A run counts
+  against the person who asked (in any chat: their DM, groups, their jobs; of messages
+  answered together, the last one's sender) and against the chat it was made for (a group
+  with all its topics, its isolated jobs and the workers its runs spawned). A running run has
+  stored what it spent up to its last model call (`note_usage`).
+- between turns (`RunBudget`): a run whose user or group has reached the daily budget ends
+  before its next model call, with a message saying so, so one admitted message spends at
+  most one turn past the cap (per run going at once: a parent and its workers).
 
 A refused sender is told once per window ("… try again at HH:MM"), never on every message,
 and the first refusal of a window is written to the audit trail. The owner is exempt unless
-`[limits] owner_exempt = false`. Settings are read on every check through a callable, so a
-hot-reloaded `[limits]` applies to the next message.
+`[limits] owner_exempt = false` (their jobs in a sub scope still meet that chat's budget).
+Settings are read on every check through a callable, so a hot-reloaded `[limits]` applies to
+the next message.
 """
 
 from __future__ import annotations
@@ -21,9 +28,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta, tzinfo
 from typing import Literal, Protocol
 
+from agent_core.events import Usage
 from agent_core.inbound import Inbound
+from agent_core.loop import RunRequest
 from agent_core.ports import AuditEntry, AuditSink
+from agent_core.risk import Scope
 from bot.limit_settings import LimitSettings, ScopeLimits
+from bot.session_keys import origin_of, scope_of
 from bot.storage.usage import WindowUsage
 
 LimitName = Literal["messages_per_minute", "runs_per_hour", "daily_tokens"]
@@ -32,7 +43,17 @@ HOUR = timedelta(hours=1)
 
 
 class UsageSource(Protocol):
-    async def window_usage(self, session_key: str, since: datetime, *, with_topics: bool = False) -> WindowUsage: ...
+    async def window_usage(
+        self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
+    ) -> WindowUsage: ...
+
+    async def window_tokens(
+        self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
+    ) -> int: ...
+
+
+class UsageNotes(Protocol):
+    async def note_usage(self, run_id: str, turns: int, usage: Usage) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +72,26 @@ class Limited:
 class _Bucket:
     key: str
     limits: ScopeLimits
-    usage_key: str | None
-    """The session whose runs count (None: runs and tokens are not counted for this bucket)."""
-    with_topics: bool
     is_group: bool
+
+    async def run_starts(self, source: UsageSource, since: datetime) -> list[datetime]:
+        if self.is_group:  # the group's runs, its topics', its jobs' and their workers'
+            return (await source.window_usage(since, account=self.key, with_topics=True)).run_starts
+        return (await source.window_usage(since, requester=self.key)).run_starts  # the person's, everywhere
+
+    async def tokens(self, source: UsageSource, since: datetime) -> int:
+        if self.is_group:
+            return await source.window_tokens(since, account=self.key, with_topics=True)
+        return await source.window_tokens(since, requester=self.key)
+
+
+def group_of(key: str) -> str | None:
+    """The group a session's spend counts against ("group:telegram:-100" for any of its
+    topics and isolated jobs), or None outside groups."""
+    origin = origin_of(key)
+    if not origin.startswith("group:"):
+        return None
+    return ":".join(origin.split(":")[:3])
 
 
 class RateLimiter:
@@ -77,20 +114,22 @@ class RateLimiter:
         self._messages: dict[str, collections.deque[datetime]] = {}
         self._told: dict[tuple[str, LimitName], datetime] = {}
 
-    async def check(self, inbound: Inbound, session_key: str, *, is_owner: bool) -> Limited | None:
-        """None when the message may be queued (and then it counts); Limited otherwise."""
+    async def check(
+        self, inbound: Inbound, session_key: str, *, is_owner: bool, scheduled: bool = False
+    ) -> Limited | None:
+        """None when the message may be queued (and then it counts); Limited otherwise.
+        `scheduled`: a job's due run (the owner's spend stays exempt, but a job in a sub
+        scope meets that chat's limits)."""
         settings = self._limits()
-        if is_owner and settings.owner_exempt:
+        owner_exempt = is_owner and settings.owner_exempt
+        if owner_exempt and (not scheduled or scope_of(session_key) is Scope.MAIN):
             return None
         now = self._clock()
         self._forget_past(now)
-        private = inbound.chat_kind == "private"
-        # A user's runs and tokens are those of their private session; in a group they count
-        # towards the group's (the runs table records sessions, not senders).
-        buckets = [_Bucket(inbound.identity, settings.user, session_key if private else None, False, False)]
-        if not private:
-            group = f"group:{inbound.platform}:{inbound.chat_id}"
-            buckets.append(_Bucket(group, settings.group, group, True, True))
+        buckets = [] if owner_exempt else [_Bucket(inbound.identity, settings.user, False)]
+        group = group_of(session_key) if inbound.chat_kind != "private" else None
+        if group is not None:
+            buckets.append(_Bucket(group, settings.group, True))
         for bucket in buckets:
             hit = await self._over(bucket, now)
             if hit is not None:
@@ -98,6 +137,28 @@ class RateLimiter:
         for bucket in buckets:
             if bucket.limits.messages_per_minute:
                 self._messages.setdefault(bucket.key, collections.deque()).append(now)
+        return None
+
+    async def spent(self, requester: str, session_key: str, *, is_owner: bool) -> str | None:
+        """Between a run's turns: what to tell the user when the person who asked, or the
+        group the run counts against, has reached today's token budget; else None."""
+        settings = self._limits()
+        if is_owner and settings.owner_exempt:
+            return None
+        buckets = [_Bucket(requester, settings.user, False)] if requester else []
+        group = group_of(session_key)
+        if group is not None:
+            buckets.append(_Bucket(group, settings.group, True))
+        now = self._clock()
+        for bucket in buckets:
+            hit = await self._over_day(bucket, now)
+            if hit is not None:
+                _, value, retry_at = hit
+                who = "this group has" if bucket.is_group else "you've"
+                return (
+                    f"(Stopped: {who} used today's budget of {value:,} tokens; "
+                    f"try again at {self._clock_time(retry_at, now)}.)"
+                )
         return None
 
     async def _over(self, bucket: _Bucket, now: datetime) -> tuple[LimitName, int, datetime] | None:
@@ -108,18 +169,18 @@ class RateLimiter:
                 window.popleft()
             if len(window) >= limits.messages_per_minute:
                 return "messages_per_minute", limits.messages_per_minute, window[-limits.messages_per_minute] + MINUTE
-        if bucket.usage_key is None:
-            return None
         if limits.runs_per_hour:
-            hour = await self._usage.window_usage(bucket.usage_key, now - HOUR, with_topics=bucket.with_topics)
-            starts = hour.run_starts
+            starts = await bucket.run_starts(self._usage, now - HOUR)
             if len(starts) >= limits.runs_per_hour:
                 return "runs_per_hour", limits.runs_per_hour, starts[-limits.runs_per_hour] + HOUR
-        if limits.daily_tokens:
-            midnight, tomorrow = self._day(now)
-            day = await self._usage.window_usage(bucket.usage_key, midnight, with_topics=bucket.with_topics)
-            if day.tokens >= limits.daily_tokens:
-                return "daily_tokens", limits.daily_tokens, tomorrow
+        return await self._over_day(bucket, now)
+
+    async def _over_day(self, bucket: _Bucket, now: datetime) -> tuple[LimitName, int, datetime] | None:
+        if not bucket.limits.daily_tokens:
+            return None
+        midnight, tomorrow = self._day(now)
+        if await bucket.tokens(self._usage, midnight) >= bucket.limits.daily_tokens:
+            return "daily_tokens", bucket.limits.daily_tokens, tomorrow
         return None
 
     async def _refuse(
@@ -167,6 +228,11 @@ class RateLimiter:
         end = datetime.combine(local.date() + timedelta(days=1), time(0), tzinfo=zone)
         return start.astimezone(UTC), end.astimezone(UTC)
 
+    @property
+    def zone(self) -> tzinfo | None:
+        """Whose midnight starts a day (ROOST_TIMEZONE; None: the machine's)."""
+        return self._tz
+
     def _forget_past(self, now: datetime) -> None:
         # Bounded memory: windows that are over and notices whose window ended are dropped.
         for key, until in list(self._told.items()):
@@ -175,3 +241,18 @@ class RateLimiter:
         for key, window in list(self._messages.items()):
             if not window or window[-1] <= now - MINUTE:
                 del self._messages[key]
+
+
+class RunBudget:
+    """The loop's between-turns hook (`AgentLoop(between_turns=…)`): stores what the run has
+    spent so far, then asks the limiter whether its user or group is over today's budget."""
+
+    def __init__(self, limiter: RateLimiter, notes: UsageNotes, is_owner: Callable[[str], bool]) -> None:
+        self._limiter = limiter
+        self._notes = notes
+        self._is_owner = is_owner
+
+    async def __call__(self, request: RunRequest, turns: int, usage: Usage) -> str | None:
+        await self._notes.note_usage(request.run_id, turns, usage)
+        charged = request.account or request.session_key
+        return await self._limiter.spent(request.requester, charged, is_owner=self._is_owner(request.requester))

@@ -314,3 +314,49 @@ async def test_second_compaction_folds_the_first_summary_in_and_sends_one_summar
         assert "items 0-20" not in sent_text(answer)
         assert_pairs_together(answer["messages"])
         assert len(await storage.load_transcript("main")) == TURNS * 4 + 4
+
+
+async def test_compactions_flush_and_summary_calls_count_against_the_budget(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """They are model calls of the run: its stored usage is all three calls, and a paired
+    user's daily budget sees them (uncounted, the 50-token answer left 870 of 920 free); when
+    they alone cross the budget, the run ends before its own model call, saying so."""
+    from tests.telegram_harness import MEMBER, STRANGER
+
+    def spend(tokens: int) -> dict[str, int]:
+        return {"input_tokens": tokens - 10, "output_tokens": 10, "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 0}  # fmt: skip
+
+    fake_api.script(
+        reply_text("nothing to save", usage=spend(300)),  # the silent memory flush
+        reply_text(SUMMARY, usage=spend(600)),  # the summary
+        reply_text("Next: item 24.", usage=spend(50)),  # the run's own answer
+    )
+    limits = {"user": {"messages_per_minute": 0, "runs_per_hour": 0, "daily_tokens": 920}}
+    async with running(tmp_path, tg, fake_api, paced=False, limits=limits) as h:
+        key = f"dm:telegram:{STRANGER}"
+        await h.app.storage.pair_user("telegram", str(STRANGER), "Sam")
+        await seed(h.app.storage, session_key=key)
+        h.app.agent.compactor.config = DUE
+        tg.send_private(STRANGER, "what next?", first_name="Sam")
+        await h.says(STRANGER, "Next: item 24.")
+        await h.app.conversations.lanes.drain()
+        assert len(fake_api.requests) == 3
+        spent = (await h.app.storage.usage_for_session(key)).usage
+        assert spent.input_tokens + spent.output_tokens == 950
+        tg.send_private(STRANGER, "and then?", first_name="Sam")
+        await h.says(STRANGER, "You've used today's budget of 920 tokens; try again at midnight.")
+        assert len(fake_api.requests) == 3
+
+        # Another user whose budget the compaction alone crosses: no answer call after it.
+        fake_api.script(reply_text("nothing to save", usage=spend(300)), reply_text(SUMMARY, usage=spend(700)))
+        other = f"dm:telegram:{MEMBER}"
+        await h.app.storage.pair_user("telegram", str(MEMBER), "Bob")
+        await seed(h.app.storage, session_key=other)
+        tg.send_private(MEMBER, "what next?", first_name="Bob")
+        await h.bot_text(MEMBER, lambda t: "(Stopped: you've used today's budget of 920 tokens" in t)
+        await h.app.conversations.lanes.drain()
+        assert len(fake_api.requests) == 5
+        spent = (await h.app.storage.usage_for_session(other)).usage
+        assert spent.input_tokens + spent.output_tokens == 1000

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -79,9 +80,9 @@ async def test_runs_per_hour_counts_the_runs_table_across_restarts(
 ) -> None:
     key = "dm:telegram:42"
     for i in range(2):
-        await storage.start_run(f"r{i}", key, "m")
+        await storage.start_run(f"r{i}", key, "m", requester="telegram:42")
         clock.advance(timedelta(minutes=20))  # runs at 12:00 and 12:20; now 12:40
-    await storage.start_run("other", "dm:telegram:4", "m")  # another user's run does not count
+    await storage.start_run("other", "dm:telegram:4", "m", requester="telegram:4")  # another user's run does not count
     limiter, _ = limiter_for(LimitSettings(user=ScopeLimits(messages_per_minute=0, runs_per_hour=2, daily_tokens=0)))
     limited = await limiter.check(dm(), key, is_owner=False)
     assert limited is not None and limited.notice == "You've reached the limit of 2 answers per hour; try again at 13:00."
@@ -93,11 +94,11 @@ async def test_daily_token_budget_is_a_spend_cap_until_local_midnight(
     limiter_for, storage: Storage, clock: FakeClock
 ) -> None:
     key = "dm:telegram:42"
-    await storage.start_run("r1", key, "m")
+    await storage.start_run("r1", key, "m", requester="telegram:42")
     await storage.finish_run("r1", "finished", "end_turn", 1, Usage(700, 200, 50_000, 50_000))
     limiter, limits = limiter_for(LimitSettings(user=ScopeLimits(messages_per_minute=0, runs_per_hour=0, daily_tokens=1000)))
     assert await limiter.check(dm(), key, is_owner=False) is None  # 900 of 1000 (cache tokens are not spend)
-    await storage.start_run("r2", key, "m")
+    await storage.start_run("r2", key, "m", requester="telegram:42")
     await storage.finish_run("r2", "finished", "end_turn", 1, Usage(90, 10, 0, 0))
     limited = await limiter.check(dm(), key, is_owner=False)
     assert limited is not None and limited.notice == "You've used today's budget of 1,000 tokens; try again at midnight."
@@ -134,6 +135,53 @@ async def test_the_owner_is_exempt_unless_configured_otherwise(limiter_for, cloc
     assert await limiter.check(dm("1"), "main", is_owner=True) is None
     limited = await limiter.check(dm("1"), "main", is_owner=True)
     assert limited is not None and limited.limit == "messages_per_minute"
+
+
+async def test_usage_at_nine_is_still_refused_at_three_and_until_local_midnight_not_for_24_hours(
+    storage: Storage, clock: FakeClock
+) -> None:
+    """The daily budget is a day of ROOST_TIMEZONE, midnight to midnight: a copy of the hourly
+    window (usage forgotten an hour later), a UTC day or a rolling 24 hours would each fail
+    one of these checks."""
+    new_york = ZoneInfo("America/New_York")
+    clock.now = datetime(2026, 3, 2, 9, 0, tzinfo=new_york).astimezone(UTC)  # 09:00 local, 14:00 UTC
+    await storage.start_run("r1", "dm:telegram:42", "m", requester="telegram:42")
+    await storage.finish_run("r1", "finished", "end_turn", 1, Usage(900, 100, 0, 0))
+    limits = Limits(LimitSettings(user=ScopeLimits(messages_per_minute=0, runs_per_hour=0, daily_tokens=1000)))
+    limiter = RateLimiter(storage, storage, limits, clock=clock, tz=new_york)
+
+    def at(hour: int, minute: int = 0, day: int = 2) -> datetime:
+        return datetime(2026, 3, day, hour, minute, tzinfo=new_york).astimezone(UTC)
+
+    clock.now = at(15)  # six hours later: an hourly window would have forgotten the 09:00 run
+    limited = await limiter.check(dm(), "dm:telegram:42", is_owner=False)
+    assert limited is not None and limited.notice == "You've used today's budget of 1,000 tokens; try again at midnight."
+    assert limited.retry_at == at(0, day=3)
+    clock.now = at(23, 30)  # 04:30 UTC the next day: a UTC day would have started afresh
+    assert await limiter.check(dm(), "dm:telegram:42", is_owner=False) is not None
+    clock.now = at(0, 1, day=3)  # past local midnight, only 15 hours after the run: a new day
+    assert await limiter.check(dm(), "dm:telegram:42", is_owner=False) is None
+
+
+async def test_isolated_jobs_count_against_their_chat_and_the_user_who_made_them(
+    limiter_for, storage: Storage
+) -> None:
+    """Not a fresh budget per job: a DM job's spend is its maker's; a group job's is the
+    group's too (and a worker's is its parent chat's)."""
+    await storage.start_run("j1", "dm:telegram:42:job-abc", "m", requester="telegram:42")
+    await storage.finish_run("j1", "finished", "end_turn", 1, Usage(600, 0, 0, 0))
+    await storage.start_run("j2", "group:telegram:-100500:job-xyz", "m", requester="telegram:42")
+    await storage.finish_run("j2", "finished", "end_turn", 1, Usage(600, 0, 0, 0))
+    await storage.start_run("w1", "worker:w1", "m", account="group:telegram:-100500:7", requester="telegram:9")
+    await storage.finish_run("w1", "finished", "end_turn", 1, Usage(500, 0, 0, 0))
+    one_k = ScopeLimits(messages_per_minute=0, runs_per_hour=0, daily_tokens=1000)
+    limiter, _ = limiter_for(LimitSettings(user=one_k, group=OFF))
+    refused = await limiter.check(dm(), "dm:telegram:42", is_owner=False)
+    assert refused is not None and refused.bucket == "telegram:42"  # 1,200 across their DM job and group job
+    assert await limiter.check(dm("9"), "dm:telegram:9", is_owner=False) is None  # 500 of 1,000
+    limiter, _ = limiter_for(LimitSettings(user=OFF, group=ScopeLimits(messages_per_minute=0, runs_per_hour=0, daily_tokens=1100)))
+    refused = await limiter.check(in_group("9"), "group:telegram:-100500", is_owner=False)
+    assert refused is not None and refused.bucket == "group:telegram:-100500"  # 600 (job) + 500 (worker)
 
 
 # --- through the real app ----------------------------------------------------------------

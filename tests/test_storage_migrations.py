@@ -176,3 +176,36 @@ def test_schema_head_constant_matches_the_migrations() -> None:
     from bot.storage.migrate import SCHEMA_HEAD, head_revision
 
     assert SCHEMA_HEAD == head_revision(), "bump SCHEMA_HEAD in bot/storage/migrate.py with each new migration"
+
+
+async def test_runs_made_before_0015_keep_counting_against_their_chat_and_user(db_url: str) -> None:
+    """Upgrading mid-day must not hand out a fresh budget: a worker's earlier run is charged
+    to its parent's chat, a paired user's DM runs to them (not their DM jobs' keys)."""
+    from sqlalchemy import text
+
+    engine = create_engine(db_url)
+    try:
+        await upgrade(engine, "0011")
+        async with engine.begin() as conn:
+            for run_id, key in [("w1", "worker:w1"), ("d1", "dm:telegram:42"), ("j1", "dm:telegram:42:job-x"),
+                                ("g1", "group:telegram:-100:7")]:  # fmt: skip
+                await conn.execute(text(
+                    "INSERT INTO runs (id, session_key, model, status, turns, input_tokens, output_tokens, "
+                    "cache_read_tokens, cache_creation_tokens, started_at) "
+                    "VALUES (:id, :key, 'm', 'finished', 1, 1, 1, 0, 0, '2026-01-01 12:00:00')"
+                ), {"id": run_id, "key": key})  # fmt: skip
+            await conn.execute(text(
+                "INSERT INTO worker_runs (id, parent_run_id, session_key, name, task, status, started_at) "
+                "VALUES ('w1', 'g1', 'group:telegram:-100:7', 'n', 't', 'completed', '2026-01-01 12:00:00')"
+            ))  # fmt: skip
+        await upgrade(engine)
+        async with engine.connect() as conn:
+            rows = dict((r[0], (r[1], r[2])) for r in await conn.execute(text("SELECT id, account, requester FROM runs")))
+        assert rows == {
+            "w1": ("group:telegram:-100:7", None),
+            "d1": ("dm:telegram:42", "telegram:42"),
+            "j1": ("dm:telegram:42:job-x", None),
+            "g1": ("group:telegram:-100:7", None),
+        }
+    finally:
+        await engine.dispose()

@@ -267,3 +267,45 @@ async def test_workers_cut_off_by_a_crash_are_named_in_the_resume_offer(
         assert "interrupted workers: “crawler”" in (offer.text or "")
         (worker,) = await h.app.storage.worker_runs("run-crashed")
         assert worker.status == "interrupted"
+
+
+async def test_worker_in_a_group_that_denies_web_fetch_is_denied_by_the_groups_own_rule(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """A worker's tool policy is its parent chat's. Only this group denies web_fetch (the sub
+    scope allows it), so a worker decided under a key of its own (`worker:<id>`) would be
+    allowed: the denial must name the group's rule."""
+    fetch = ToolUse("web_fetch", {"url": "http://127.0.0.1:9/"})  # never leaves the machine
+    fake_api.script_when(worker_turn("fetch the page", 1), reply_tools(fetch))
+    fake_api.script_when(worker_turn("fetch the page", 2), reply_text("web_fetch was denied."))
+    fake_api.script(reply_tools(spawn("fetcher", "fetch the page")), reply_text("The worker could not fetch."))
+    policy = {"groups": {f"telegram:{GROUP}": {"tools": {"web_fetch": "deny"}}}}
+    async with running(tmp_path, tg, fake_api, paced=False, policy=policy) as h:
+        tg.send_group(GROUP, MEMBER, "fetch the page", mention=True, first_name="Bob")
+        await h.bot_text(GROUP, lambda t: t.startswith("The worker could not fetch."))
+        worker_requests = [r for r in fake_api.requests if "Task: fetch the page" in r.body.decode()]
+        denied = results_in(worker_requests[1].json)
+        assert "Denied by policy: web_fetch" in denied
+        assert f"(policy.groups.telegram:{GROUP}.tools.web_fetch)" in denied
+        audited = [e for e in await h.app.storage.audit_entries(limit=None) if e.subject == "web_fetch"]
+        assert [(e.decision, e.session_key, e.actor) for e in audited] == [
+            ("deny", f"group:telegram:{GROUP}", f"telegram:{MEMBER}")
+        ]
+
+
+async def test_workers_tool_calls_count_against_the_parent_runs_cap(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """Cap 3: the parent's spawn is one, the worker's first two reads make three, its next
+    call is refused (a worker counting on its own would have had three more)."""
+    reads = [ToolUse("read_file", {"path": f"part-{n}.md"}) for n in range(3)]
+    fake_api.script_when(worker_turn("read the parts", 1), reply_tools(reads[0], reads[1]))
+    fake_api.script_when(worker_turn("read the parts", 2), reply_tools(reads[2]))
+    fake_api.script_when(worker_turn("read the parts", 3), reply_text("read two parts"))
+    fake_api.script(reply_tools(spawn("reader", "read the parts")), reply_text("The reader stopped at the cap."))
+    async with running(tmp_path, tg, fake_api, paced=False, limits={"tool_calls_per_run": 3}) as h:
+        tg.send_group(GROUP, MEMBER, "read the parts", mention=True, first_name="Bob")
+        await h.bot_text(GROUP, lambda t: t.startswith("The reader stopped at the cap."))
+        worker_requests = [r for r in fake_api.requests if "Task: read the parts" in r.body.decode()]
+        assert "reached its limit of 3 tool calls" not in results_in(worker_requests[1].json)
+        assert "Not run: this run reached its limit of 3 tool calls" in results_in(worker_requests[2].json)

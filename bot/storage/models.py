@@ -106,7 +106,10 @@ class MessageModel(Base):
 
 class RunModel(Base):
     __tablename__ = "runs"
-    __table_args__ = (Index(None, "session_key"), Index(None, "status"))
+    __table_args__ = (
+        Index(None, "session_key"), Index(None, "status"), Index(None, "account", "started_at"),
+        Index(None, "requester", "started_at"),
+    )  # fmt: skip
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     session_key: Mapped[str] = mapped_column(String(255))
@@ -120,6 +123,11 @@ class RunModel(Base):
     cache_creation_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+    account: Mapped[str | None] = mapped_column(String(255))
+    """The chat session whose budget the run counts against (a worker's: its parent's chat;
+    an isolated job's: its chat)."""
+    requester: Mapped[str | None] = mapped_column(String(255))
+    """Identity of the person whose message (or job) started the run: their per-user budget."""
 
 
 class ToolCallModel(Base):

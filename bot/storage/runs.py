@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from agent_core.events import Usage
 from agent_core.text import clean_json, clean_text
+from bot.session_keys import origin_of
 from bot.storage.base import RepositoryBase
 from bot.storage.models import RunModel, ToolCallModel
 from bot.storage.records import RunRow, SessionUsage, ToolCallRow
@@ -33,6 +34,8 @@ _INSERT_RUN = insert(RunModel).values(
     cache_read_tokens=0,
     cache_creation_tokens=0,
     started_at=bindparam("started_at", type_=_RUNS.started_at.type),
+    account=bindparam("account"),
+    requester=bindparam("requester"),
 )
 _FINISH_RUN = (
     update(RunModel)
@@ -46,6 +49,19 @@ _FINISH_RUN = (
         cache_read_tokens=bindparam("p_cache_read"),
         cache_creation_tokens=bindparam("p_cache_creation"),
         finished_at=bindparam("p_finished_at", type_=_RUNS.finished_at.type),
+    )
+    .execution_options(synchronize_session=False)
+)
+
+_NOTE_USAGE = (
+    update(RunModel)
+    .where(RunModel.id == bindparam("run_id"), RunModel.status == "running")
+    .values(
+        turns=bindparam("p_turns"),
+        input_tokens=bindparam("p_input"),
+        output_tokens=bindparam("p_output"),
+        cache_read_tokens=bindparam("p_cache_read"),
+        cache_creation_tokens=bindparam("p_cache_creation"),
     )
     .execution_options(synchronize_session=False)
 )
@@ -80,19 +96,24 @@ def _tool_call_row(m: ToolCallModel) -> ToolCallRow:
 
 
 class RunRepository(RepositoryBase):
-    async def start_run(self, run_id: str, session_key: str, model: str) -> None:
-        """Record a run as `running`. Must precede its tool calls (they reference it)."""
-        params = self._run_params(run_id, session_key, model)
+    async def start_run(
+        self, run_id: str, session_key: str, model: str, *, account: str = "", requester: str = ""
+    ) -> None:
+        """Record a run as `running`. Must precede its tool calls (they reference it).
+        `account`: the session whose budget it counts against (default its own; an isolated
+        job's session counts against its chat); `requester`: who asked."""
+        params = self._run_params(run_id, session_key, model, account, requester)
         await self._transact(lambda conn: conn.execute(_INSERT_RUN, params))
 
     async def begin_run(
-        self, run_id: str, session_key: str, model: str, content: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+        self, run_id: str, session_key: str, model: str, content: list[dict[str, Any]],
+        *, account: str = "", requester: str = "",
+    ) -> list[dict[str, Any]]:  # fmt: skip
         """`start_run`, `load_transcript` and `append_message(user content)` in one
         transaction: returns the transcript as it was before `content`, which is stored
         (committed) when this returns."""
         now = self._now()
-        params = self._run_params(run_id, session_key, model)
+        params = self._run_params(run_id, session_key, model, account, requester)
 
         def body(conn: Connection) -> list[dict[str, Any]]:
             conn.execute(_INSERT_RUN, params)
@@ -102,8 +123,20 @@ class RunRepository(RepositoryBase):
 
         return await self._transact(body)
 
-    def _run_params(self, run_id: str, session_key: str, model: str) -> dict[str, Any]:
-        return {"id": run_id, "session_key": session_key, "model": clean_text(model), "started_at": self._now()}
+    def _run_params(self, run_id: str, session_key: str, model: str, account: str, requester: str) -> dict[str, Any]:
+        return {
+            "id": run_id, "session_key": session_key, "model": clean_text(model), "started_at": self._now(),
+            "account": origin_of(account or session_key), "requester": clean_text(requester) or None,
+        }  # fmt: skip
+
+    async def note_usage(self, run_id: str, turns: int, usage: Usage) -> None:
+        """A running run's usage so far (between its turns), so every budget check — this
+        run's, its workers', the chat's next message — counts what it has spent already."""
+        params = {
+            "run_id": run_id, "p_turns": turns, "p_input": usage.input_tokens, "p_output": usage.output_tokens,
+            "p_cache_read": usage.cache_read_input_tokens, "p_cache_creation": usage.cache_creation_input_tokens,
+        }  # fmt: skip
+        await self._transact(lambda conn: conn.execute(_NOTE_USAGE, params))
 
     async def finish_run(
         self,

@@ -1,12 +1,14 @@
 """Usage over a time window, read from the runs table: what runs-per-hour and the daily token
-budget count."""
+budget count. A run counts against its `account` (the chat it was made for: a worker's parent
+chat, an isolated job's chat) and its `requester` (the person who asked), wherever it ran."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Select, func, or_, select
+from sqlalchemy.sql.elements import ColumnElement
 
 from bot.storage.base import RepositoryBase
 from bot.storage.models import RunModel
@@ -17,22 +19,39 @@ class WindowUsage:
     run_starts: list[datetime]
     """Start times of the runs in the window, oldest first."""
     tokens: int
-    """Input + output tokens of those runs (a run still going counts what it has reported)."""
+    """Input + output tokens of those runs (a run still going counts what it has reported
+    between its turns)."""
 
 
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+def _charged_to(account: str | None, with_topics: bool, requester: str | None) -> ColumnElement[bool]:
+    if requester is not None:
+        return RunModel.requester == requester
+    if account is None:
+        raise ValueError("usage needs an account or a requester")
+    match: ColumnElement[bool] = RunModel.account == account
+    if with_topics:
+        pattern = _escape_like(account) + ":%"
+        match = or_(match, RunModel.account.like(pattern, escape="\\"))
+    return match
+
+
+def _tokens(match: ColumnElement[bool], since: datetime) -> Select[tuple[int]]:
+    spent = func.coalesce(func.sum(RunModel.input_tokens + RunModel.output_tokens), 0)
+    return select(spent).where(match, RunModel.started_at >= since)
+
+
 class UsageRepository(RepositoryBase):
-    async def window_usage(self, session_key: str, since: datetime, *, with_topics: bool = False) -> WindowUsage:
-        """Runs of `session_key` started at or after `since`; with_topics also counts the
-        sessions below it (`group:telegram:-100…:<topic>`), so a group's topics share one
-        budget."""
-        match = RunModel.session_key == session_key
-        if with_topics:
-            pattern = _escape_like(session_key) + ":%"
-            match = or_(match, RunModel.session_key.like(pattern, escape="\\"))
+    async def window_usage(
+        self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
+    ) -> WindowUsage:
+        """Runs started at or after `since` charged to `account` (with_topics: also to the
+        sessions below it, `group:telegram:-100…:<topic>`, so a group's topics share one
+        budget) or, with `requester`, asked for by that person in any chat."""
+        match = _charged_to(account, with_topics, requester)
         async with self._tx() as s:
             starts = list(
                 await s.scalars(
@@ -41,10 +60,15 @@ class UsageRepository(RepositoryBase):
                     .order_by(RunModel.started_at)
                 )
             )
-            tokens = await s.scalar(
-                select(func.coalesce(func.sum(RunModel.input_tokens + RunModel.output_tokens), 0)).where(
-                    match, RunModel.started_at >= since
-                )
-            )
+            tokens = await s.scalar(_tokens(match, since))
         # int(): PostgreSQL returns SUM(bigint) as Decimal.
         return WindowUsage(starts, int(tokens or 0))
+
+    async def window_tokens(
+        self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
+    ) -> int:
+        """Input + output tokens of the runs `window_usage` counts (one aggregate: what the
+        between-turns budget check reads)."""
+        async with self._tx() as s:
+            tokens = await s.scalar(_tokens(_charged_to(account, with_topics, requester), since))
+        return int(tokens or 0)
