@@ -178,7 +178,7 @@ def test_schema_head_constant_matches_the_migrations() -> None:
     assert SCHEMA_HEAD == head_revision(), "bump SCHEMA_HEAD in bot/storage/migrate.py with each new migration"
 
 
-async def test_runs_made_before_0015_keep_counting_against_their_chat_and_user(db_url: str) -> None:
+async def test_runs_made_before_0012_keep_counting_against_their_chat_and_user(db_url: str) -> None:
     """Upgrading mid-day must not hand out a fresh budget: a worker's earlier run is charged
     to its parent's chat, a paired user's DM runs to them (not their DM jobs' keys)."""
     from sqlalchemy import text

@@ -2,7 +2,7 @@
 chat, an isolated job's chat) and `requester` (the person who asked), so the daily budget
 and runs per hour count workers, jobs and a user's runs in every chat (bot.ratelimits).
 
-Revision ID: 0015
+Revision ID: 0012
 Revises: 0011
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
+revision: str = "0012"
 down_revision: str | Sequence[str] | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
