@@ -479,11 +479,7 @@ class Conversations:
                     }
                 )
                 await self.storage.clear_group_messages(key)
-        for item in items:
-            text = item.inbound.text
-            if scope is Scope.SUB:
-                text = f"[{item.inbound.sender_name}] {text}"
-            blocks.append({"type": "text", "text": text})
+        blocks.extend(queue_modes.content_block(item, scope) for item in items)
         return blocks
 
     async def _notify(self, inbound: Inbound, text: str) -> None:
