@@ -74,9 +74,10 @@ class Lanes(Generic[T]):
         self._lanes: dict[str, _Lane[T]] = {}
         self._closed = False
 
-    def submit(self, key: str, item: T) -> int:
+    def submit(self, key: str, item: T, *, interrupt: bool = True) -> int:
         """Queue an item for the session; returns how many items wait before it runs
-        (0 = it starts now)."""
+        (0 = it starts now). `interrupt=False`: it waits even in `interrupt` mode (the
+        running run waits on someone's answer)."""
         if self._closed:
             raise LanesClosed("I'm restarting right now")
         lane = self._lanes.setdefault(key, _Lane())
@@ -84,7 +85,7 @@ class Lanes(Generic[T]):
             raise LaneFull(f"{len(lane.queue)} messages are already waiting in this chat")
         lane.queue.append(item)
         busy = lane.current is not None and not lane.answered
-        if busy and self.mode_of(key) == "interrupt":
+        if busy and interrupt and self.mode_of(key) == "interrupt":
             # Never before the run has stored its messages: cancelled earlier, they would
             # be marked answered without having reached the transcript.
             lane.interrupt_pending = True
