@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from typing import Literal, Protocol, runtime_checkable
 
 from agent_core.events import QuestionAsked
+from agent_core.prompt import ADDRESSED_SOURCE, frame_untrusted
+from agent_core.risk import Scope
 from agent_core.tools import ToolContext, ToolError
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,14 @@ class QuestionStore(Protocol):
     ) -> bool:
         """Atomically move a pending question to `state`; False if it was not pending."""
         ...
+
+
+def answer_result(identity: str, answer: str, scope: Scope) -> str:
+    """The ask_user tool result. In a sub scope the answer is a chat member's text, framed
+    as untrusted like every other message there."""
+    if scope is Scope.SUB:
+        answer = frame_untrusted(answer, ADDRESSED_SOURCE)
+    return f"The user ({identity}) answered: {answer}"
 
 
 @runtime_checkable
@@ -132,7 +142,7 @@ class QuestionDesk:
         finally:
             self._waiting.pop(question.id, None)
             self._sessions.pop(question.id, None)
-        return f"The user ({by}) answered: {answer}"
+        return answer_result(by, answer, ctx.scope)
 
     def waiting_in(self, session_key: str) -> bool:
         """Whether a run of this session waits here on a question: until its addressee

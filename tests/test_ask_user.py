@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropic
+from agent_core.prompt import ADDRESSED_SOURCE, frame_untrusted
 from tests.fakes.anthropic_script import ToolUse, context_tail, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_state import StoredMessage
@@ -23,6 +24,10 @@ from tests.telegram_harness import GROUP, MEMBER, OWNER, STRANGER, Harness, runn
 
 QUESTION = "Which server should I restart?"
 MALLORY = 78
+
+
+def addressed_answer(text: str) -> str:
+    return frame_untrusted(text, ADDRESSED_SOURCE)
 
 
 def buttons(message: StoredMessage) -> dict[str, str]:
@@ -200,6 +205,6 @@ async def test_another_group_members_text_never_answers_someone_elses_question(
 
         tg.send_group(GROUP, MEMBER, "web-2", reply_to_bot_message_id=card.message_id, first_name="Bob")
         await h.bot_text(GROUP, lambda t: t.startswith("Restarting web-2 now."))
-        assert "answered: web-2" in answer_in(fake_api.requests[1].json)
-        assert "web-1" not in answer_in(fake_api.requests[1].json)
+        answered = answer_in(fake_api.requests[1].json)  # a member's words: framed as theirs
+        assert answered == f"The user (telegram:{MEMBER}) answered: {addressed_answer('web-2')}"
         assert await h.app.storage.pending_question(group_key) is None
