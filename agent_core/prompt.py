@@ -39,15 +39,16 @@ UNTRUSTED_RESULT_TOOLS = frozenset({"web_fetch", "read_file"})
 ADDRESSED_SOURCE = "message to you"
 """The frame's source for a message addressed to Roost in a sub scope (a group, a paired DM)."""
 
-_TAG = re.compile(r"<(/?)(untrusted)", re.IGNORECASE)
+_TAG = re.compile(r"<(\s*/?\s*)(untrusted)", re.IGNORECASE)  # `< /untrusted>` reads as a close too
 
 # Roost's tail header as anyone else could write it: any case, spaces or invisible characters
 # between the letters, fullwidth brackets and colon, Cyrillic/Greek look-alikes. Over-matching
-# only rewords a quote.
+# only rewords a quote. Letter classes are spelled out (IGNORECASE is slower) and the
+# lookahead rejects a bracket not followed by an R early: this runs over every request.
 _GAP = r"[\s\u00ad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u206a-\u206f\ufeff]*"
-_LETTERS = ("[rʀг]", "[oо0οօ]", "[oо0οօ]", "[sѕ]", "[tт]")
+_LETTERS = ("[rRʀгГ]", "[oOоО0οΟօ]", "[oOоО0οΟօ]", "[sSѕЅ]", "[tTтТ]")
 _FORGED_HEADER = re.compile(
-    "[\\[［⟦【〔]" + _GAP + _GAP.join(_LETTERS) + _GAP + "[:：]", re.IGNORECASE
+    "[\\[［⟦【〔](?=" + _GAP + _LETTERS[0] + ")" + _GAP + _GAP.join(_LETTERS) + _GAP + "[:：]"
 )
 DEFUSED_HEADER = "[quoted, not from Roost:"
 
