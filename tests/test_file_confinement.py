@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from agent_core.risk import Scope
 from agent_core.tools import Tool, ToolContext, ToolError
 from workspace.access import check_extra_root, skeleton
 from workspace.bootstrap import ensure_workspace
+from workspace.daily_log import log_path
 
 GROUP = "group:telegram:-100123"
 TOPIC = "group:telegram:-100123:7"
@@ -481,3 +483,20 @@ async def test_file_reads_leave_the_event_loop_free(ws: Path, tool: Tool[Any], k
     await asyncio.sleep(0)  # timing-ok: exactly one loop turn, no race
     assert not task.done()
     assert await task
+
+
+@pytest.mark.parametrize("link", ["symlink", "hard link"])
+async def test_memory_write_to_the_log_never_writes_through_a_link(ws: Path, link: str) -> None:
+    """Today's log replaced by a link to a file outside the workspace: the note is refused
+    and the outside file is unchanged."""
+    outside = ws.parent / "outside.txt"
+    today = log_path(ws, "main", datetime.now().astimezone().date())
+    today.parent.mkdir(parents=True, exist_ok=True)
+    today.unlink(missing_ok=True)
+    if link == "symlink":
+        today.symlink_to(outside)
+    else:
+        os.link(outside, today)
+    message = await refused(MEMORY_WRITE, ctx(ws), "cannot write this chat's log", target="log", text="pwned")
+    assert str(ws.parent) not in message
+    assert outside.read_text(encoding="utf-8") == CANARY_OUTSIDE
