@@ -131,7 +131,12 @@ class ToolRunner:
         `grants` is ignored (stored grant rules are looked up per call); it stays in the
         signature for callers that still pass the session's grants."""
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
-        writing = [(t := self._registry.get(c.name)) is None or t.risk is not Risk.READ for c in calls]
+        # Calls that may change workspace files while the others run (a worker writes with
+        # its own tools): beside one, a grant bound to file content is not honoured.
+        writing = [
+            (t := self._registry.get(c.name)) is None or t.risk is not Risk.READ or c.name == "spawn"
+            for c in calls
+        ]
 
         async def one(index: int, call: ToolCall) -> None:
             alone = not any(w for i, w in enumerate(writing) if i != index)
