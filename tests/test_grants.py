@@ -156,6 +156,9 @@ def test_roost_grants_list_and_revoke(tmp_path: Path, monkeypatch: pytest.Monkey
         ("sh ~/task.sh", "task.sh"),
         ("sh task*.sh", "task.sh"),
         ("make", "Makefile"),
+        ("sh -e task", "task"),
+        ("cat task | sh", "task"),
+        ("python3 -m tools.x", "tools/x.py"),
     ],
 )
 async def test_always_allow_for_a_script_never_covers_what_the_script_says_after_a_rewrite(
@@ -220,3 +223,21 @@ async def test_a_bound_grant_does_not_hold_beside_a_write_in_the_same_batch(tmp_
         runner.decision = Decision.DENY
         outcomes = await runner.call_all([("writer", {"text": "task.sh"}), ("exec", {"command": "sh ./task.sh"})])
         assert outcomes[1].is_error and len(runner.asked) == 2
+
+
+async def test_a_grant_for_a_command_that_appends_to_a_data_file_keeps_holding(tmp_path: Path) -> None:
+    """Data a command reads or writes is not code: `echo done >> notes.txt` changes notes.txt
+    every time and stays allowed; `python3 tools/x.py notes.txt` is bound to x.py only."""
+    async with runner_harness(tmp_path) as runner:
+        (runner.workspace / "tools").mkdir()
+        (runner.workspace / "tools/x.py").write_text("print(1)\n", encoding="utf-8")
+        notes = runner.workspace / "notes.txt"
+        runner.decision = Decision.ALWAYS
+        for command in ("echo done >> notes.txt", "python3 tools/x.py notes.txt"):
+            await runner.call("exec", {"command": command})
+        runner.decision = Decision.DENY
+        for n in range(3):
+            notes.write_text(f"line {n}\n", encoding="utf-8")
+            for command in ("echo done >> notes.txt", "python3 tools/x.py notes.txt"):
+                assert not (await runner.call("exec", {"command": command})).is_error
+        assert len(runner.asked) == 2
