@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from agent_core.events import ApprovalRequested, ApprovalResolved, Event
+from agent_core.grant_binding import binding_note
 from agent_core.policy import GrantRule
 from agent_core.ports import ApprovalRecord, ApprovalState, ApprovalStore, AuditEntry, AuditSink
 from agent_core.scrub import redact_secrets
@@ -234,7 +235,8 @@ class ApprovalGate:
                 await self._audit.audit(
                     AuditEntry(
                         kind="grant", actor=by, session_key=rule.session_key, subject=rule.tool_name,
-                        detail=f"#{grant.id} {redact_secrets(rule.input)}", decision="created", approver=by,
+                        detail=f"#{grant.id} {redact_secrets(rule.input)}{binding_note(rule.binding)}",
+                        decision="created", approver=by,
                     )
                 )
         self._resolvers[approval_id] = by

@@ -13,7 +13,8 @@ Precedence for one call (later wins, then the exec clamp):
    it into `allow`.
 
 Grants ("Always allow in this session") are rules for one session, one tool and one exact
-normalised input (`grant_input`); they only ever turn an `ask` into `allow`.
+normalised input (`grant_input`), and for a command running workspace code the content that
+code had (`agent_core.grant_binding`); they only ever turn an `ask` into `allow`.
 """
 
 from __future__ import annotations
@@ -158,11 +159,14 @@ DEFAULT = Policy()
 
 @dataclass(frozen=True, slots=True)
 class GrantRule:
-    """"Always allow" for one session, one tool and one exact normalised input."""
+    """"Always allow" for one session, one tool and one exact normalised input; for a
+    command that runs workspace code, also bound to its content (`binding`, see
+    `agent_core.grant_binding`): it holds only while that is unchanged."""
 
     session_key: str
     tool_name: str
     input: str
+    binding: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 The addressee's next message (or button press) answers it: while the run waits in this
 process the answer resolves its future and the same run goes on; after a restart the
 question row is still pending and `resume` is called to continue from the stored transcript.
-Only the addressee's press counts; anyone else's is refused.
+Only the addressee answers, by text or button: anyone else's press is refused, and their
+text is an ordinary message that never stops the waiting run (`waiting_in`), even in the
+`interrupt` queue mode.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from datetime import UTC, datetime
 from typing import Literal, Protocol, runtime_checkable
 
 from agent_core.events import QuestionAsked
+from agent_core.prompt import ADDRESSED_SOURCE, frame_untrusted
+from agent_core.risk import Scope
 from agent_core.tools import ToolContext, ToolError
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,14 @@ class QuestionStore(Protocol):
         ...
 
 
+def answer_result(identity: str, answer: str, scope: Scope) -> str:
+    """The ask_user tool result. In a sub scope the answer is a chat member's text, framed
+    as untrusted like every other message there."""
+    if scope is Scope.SUB:
+        answer = frame_untrusted(answer, ADDRESSED_SOURCE)
+    return f"The user ({identity}) answered: {answer}"
+
+
 @runtime_checkable
 class ChoiceMessenger(Protocol):
     """A messenger that can offer buttons; `action` comes back through the platform's button
@@ -81,6 +93,7 @@ class QuestionDesk:
         self._store = store
         self._now = now
         self._waiting: dict[str, asyncio.Future[tuple[str, str]]] = {}
+        self._sessions: dict[str, str] = {}  # question id → session, while a run waits on it
         self.resume: Resume | None = None
         self._closing = False
         # Sessions known to have no pending question: every message asks, and questions are
@@ -102,6 +115,7 @@ class QuestionDesk:
         )  # fmt: skip
         future: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
         self._waiting[question.id] = future
+        self._sessions[question.id] = ctx.session_key
         self._none.pop(ctx.session_key, None)
         try:
             await self._store.add_question(question)  # a row before it is a prompt
@@ -127,7 +141,14 @@ class QuestionDesk:
             raise
         finally:
             self._waiting.pop(question.id, None)
-        return f"The user ({by}) answered: {answer}"
+            self._sessions.pop(question.id, None)
+        return answer_result(by, answer, ctx.scope)
+
+    def waiting_in(self, session_key: str) -> bool:
+        """Whether a run of this session waits here on a question: until its addressee
+        answers, anyone else's message must not stop that run (it would end the question and
+        their words would continue the task in the addressee's place)."""
+        return session_key in self._sessions.values()
 
     async def answer(self, session_key: str, identity: str, text: str) -> AnswerOutcome:
         """A message in `session_key`: if it is the addressee's answer to a pending question,

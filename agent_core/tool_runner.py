@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent_core.approvals import ApprovalGate, Decision
 from agent_core.events import Event, ToolFinished, ToolStarted
+from agent_core.grant_binding import Unbindable, command_binding
 from agent_core.policy import DEFAULT, GrantRule, Policy, canonical_json, grant_input
 from agent_core.ports import AuditEntry, AuditSink, RunStore
 from agent_core.risk import Risk, Scope, Verdict
@@ -118,18 +119,28 @@ class ToolRunner:
         self._untrusted = frozenset(untrusted_results)
         self._counts = counts if counts is not None else CallCounts()
 
-    async def _decide(self, policy: Policy, ctx: ToolContext, tool: Tool[Any], normalised: str) -> tuple[Verdict, str]:
-        """(verdict, what decided it: a policy key, or "grant"). Policy first; then a stored
-        grant for this exact input may turn `ask` into `allow`."""
+    async def _decide(
+        self, policy: Policy, ctx: ToolContext, tool: Tool[Any], parsed: BaseModel, normalised: str, alone: bool
+    ) -> tuple[Verdict, str, GrantRule | None]:
+        """(verdict, what decided it: a policy key or "grant", the rule "Always allow" would
+        store or None). Policy first; then a stored grant for this exact input — and, for a
+        command naming workspace files, their current content — may turn `ask` into `allow`.
+        A grant bound to files holds only for a call without a writing call beside it in
+        the same batch: those run at the same time and could rewrite the files first."""
         decided = policy.decide(ctx.scope, ctx.session_key, tool.name, tool.risk)
-        if (
-            decided.verdict is Verdict.ASK
-            and self._grants is not None
-            and policy.grant_may_apply(ctx.scope, tool.risk)
-            and await self._grants.has_grant(GrantRule(ctx.session_key, tool.name, normalised))
-        ):
-            return Verdict.ALLOW, "grant"
-        return decided.verdict, decided.source
+        if decided.verdict is not Verdict.ASK or not policy.grant_may_apply(ctx.scope, tool.risk):
+            return decided.verdict, decided.source, None
+        binding = ""
+        command = getattr(parsed, "command", None) if tool.name == "exec" else None
+        if isinstance(command, str):
+            try:
+                binding = await asyncio.to_thread(command_binding, command, ctx.workspace)
+            except Unbindable:
+                return decided.verdict, decided.source, None  # asked every time
+        rule = GrantRule(ctx.session_key, tool.name, normalised, binding)
+        if self._grants is not None and (alone or not binding) and await self._grants.has_grant(rule):
+            return Verdict.ALLOW, "grant", rule
+        return decided.verdict, decided.source, rule
 
     async def run_all(
         self, calls: list[ToolCall], ctx: ToolContext, grants: object, emit: Emit
@@ -139,16 +150,23 @@ class ToolRunner:
         `grants` is ignored (stored grant rules are looked up per call); it stays in the
         signature for callers that still pass the session's grants."""
         outcomes: list[ToolOutcome | None] = [None] * len(calls)
+        # Calls that may change workspace files while the others run (a worker writes with
+        # its own tools): beside one, a grant bound to file content is not honoured.
+        writing = [
+            (t := self._registry.get(c.name)) is None or t.risk is not Risk.READ or c.name == "spawn"
+            for c in calls
+        ]
 
         async def one(index: int, call: ToolCall) -> None:
-            outcomes[index] = await self._run_one(call, ctx, emit)
+            alone = not any(w for i, w in enumerate(writing) if i != index)
+            outcomes[index] = await self._run_one(call, ctx, emit, alone)
 
         async with asyncio.TaskGroup() as group:
             for index, call in enumerate(calls):
                 group.create_task(one(index, call))
         return [o for o in outcomes if o is not None]
 
-    async def _run_one(self, call: ToolCall, ctx: ToolContext, emit: Emit) -> ToolOutcome:
+    async def _run_one(self, call: ToolCall, ctx: ToolContext, emit: Emit, alone: bool = True) -> ToolOutcome:
         tool = self._registry.get(call.name)
         risk = tool.risk if tool else Risk.READ
         await emit(ToolStarted(call.id, call.name, call.input, risk))
@@ -156,7 +174,7 @@ class ToolRunner:
         started = time.monotonic()
         trail = _Trail(detail=_fallback_detail(call.input))
         try:
-            outcome = await self._execute(tool, call, ctx, emit, trail)
+            outcome = await self._execute(tool, call, ctx, emit, trail, alone)
         except asyncio.CancelledError:
             duration = time.monotonic() - started
             await asyncio.shield(
@@ -201,7 +219,7 @@ class ToolRunner:
         return cap if cap and count > cap else 0
 
     async def _execute(
-        self, tool: Tool[Any] | None, call: ToolCall, ctx: ToolContext, emit: Emit, trail: _Trail
+        self, tool: Tool[Any] | None, call: ToolCall, ctx: ToolContext, emit: Emit, trail: _Trail, alone: bool
     ) -> ToolOutcome:
         def error(message: str, status: str = "error") -> ToolOutcome:
             trail.status = status
@@ -226,7 +244,7 @@ class ToolRunner:
         trail.detail = _audit_detail(tool.name, parsed, normalised)
 
         policy = self._policy()  # one snapshot for the whole decision, even across a reload
-        verdict, source = await self._decide(policy, ctx, tool, normalised)
+        verdict, source, rule = await self._decide(policy, ctx, tool, parsed, normalised, alone)
         trail.decision = verdict.value
         if source == "grant":
             trail.approver = "grant"  # a stored 'always allow' rule for this exact input
@@ -239,8 +257,7 @@ class ToolRunner:
         if verdict is Verdict.ASK:
             if self._gate is None:
                 return error(f"{tool.name} needs approval and no one can approve here.", "denied")
-            rule = GrantRule(ctx.session_key, tool.name, normalised)
-            grantable = policy.grant_may_apply(ctx.scope, tool.risk) and is_clean(normalised)
+            grantable = rule is not None and is_clean(normalised)
             answer = await self._gate.ask(
                 session_key=ctx.session_key,
                 run_id=ctx.run_id,

@@ -1,6 +1,7 @@
 """`roost grants list|revoke`, and the text `/grants` answers with in the owner's chat.
 
-A grant is "Always allow in this session" for one session, one tool and one exact input;
+A grant is "Always allow in this session" for one session, one tool and one exact input
+(and, for a command naming workspace files, their content: "while task.sh is unchanged");
 listing shows each with its id, revoking deletes one by id (and is audited)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from agent_core.approvals import show_controls
+from agent_core.grant_binding import binding_note
 from agent_core.policy import Grant
 from agent_core.ports import AuditEntry
 from bot.settings import Settings
@@ -35,7 +37,8 @@ def grant_line(grant: Grant) -> str:
         text = f"{text[:SHOWN_INPUT_CHARS]}… ({len(grant.rule.input):,} characters)"
     by = f" by {grant.created_by}" if grant.created_by else ""
     when = grant.created_at.strftime("%Y-%m-%d %H:%M UTC")
-    return f"#{grant.id} {grant.rule.session_key} · {grant.rule.tool_name} · {text}  ({when}{by})"
+    bound = show_controls(binding_note(grant.rule.binding))
+    return f"#{grant.id} {grant.rule.session_key} · {grant.rule.tool_name} · {text}{bound}  ({when}{by})"
 
 
 def listing(grants: Sequence[Grant], revoke_hint: str, limit: int | None = None) -> str:

@@ -354,15 +354,20 @@ class Conversations:
         """Hand a queued message to its lane. False if the lane refused it (the sender is
         told); a message that meets a shutdown stays queued for the next start."""
         inbound = pending.inbound
+        key = pending.route.session_key
+        # A run waiting on someone's ask_user answer is never stopped by another's message
+        # (the addressee's own reply answered before this point).
+        held = self.questions is not None and self.questions.waiting_in(key)
         try:
-            waiting = self.lanes.submit(pending.route.session_key, pending, interrupts=pending.job is None)
+            waiting = self.lanes.submit(key, pending, interrupts=pending.job is None and not held)
         except LanesClosed:
             await self._notify(inbound, KEPT_NOTICE)
             return True
         except LaneFull as exc:
             await self._notify(inbound, f"I'm still busy and {exc}; please wait for my answer, then send this again.")
             return False
-        notice = queue_modes.BUSY_NOTICE[self.lanes.mode_of(pending.route.session_key)]
+        mode = self.lanes.mode_of(key)
+        notice = queue_modes.BUSY_NOTICE["collect" if held and mode == "interrupt" else mode]
         if waiting == 1 and acknowledge and notice:
             await self._notify(inbound, notice)
         return True
@@ -480,11 +485,7 @@ class Conversations:
                     }
                 )
                 await self.storage.clear_group_messages(key)
-        for item in items:
-            text = item.inbound.text
-            if scope is Scope.SUB:
-                text = f"[{item.inbound.sender_name}] {text}"
-            blocks.append({"type": "text", "text": text})
+        blocks.extend(queue_modes.content_block(item, scope) for item in items)
         return blocks
 
     async def _notify(self, inbound: Inbound, text: str) -> None:

@@ -78,7 +78,8 @@ class Lanes(Generic[T]):
     def submit(self, key: str, item: T, *, interrupts: bool = True) -> int:
         """Queue an item for the session; returns how many items wait before it runs
         (0 = it starts now). In interrupt mode it stops the running run unless `interrupts`
-        is False (work nobody just asked for, like a scheduled job)."""
+        is False (work nobody just asked for, like a scheduled job, or a message while the
+        running run waits on someone's answer)."""
         if self._closed:
             raise LanesClosed("I'm restarting right now")
         lane = self._lanes.setdefault(key, _Lane())

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_core.inbound import Inbound
+from agent_core.prompt import ADDRESSED_SOURCE, frame_untrusted
 from agent_core.risk import Scope
 from bot.commands import Command
 from bot.lanes import QUEUE_MODES, QueueMode
@@ -54,10 +55,12 @@ async def queue_command(c: Conversations, command: Command, inbound: Inbound, ro
 
 
 def content_block(pending: Pending, scope: Scope) -> dict[str, Any]:
-    """A queued message as the run's content block (in a sub scope, with its sender)."""
+    """A message as the run's content block. In a sub scope it is framed as untrusted with
+    its sender inside the frame: nobody there is the owner, and a `</untrusted>` in it must
+    not close the frame around the group's other messages."""
     text = pending.inbound.text
     if scope is Scope.SUB:
-        text = f"[{pending.inbound.sender_name}] {text}"
+        text = frame_untrusted(f"[{pending.inbound.sender_name}] {text}", ADDRESSED_SOURCE)
     return {"type": "text", "text": text}
 
 

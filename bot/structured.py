@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from adapters.base import ButtonAnswer
 from agent_core.inbound import Inbound
 from agent_core.questions import PREFIX as QUESTION_PREFIX
-from agent_core.questions import Question
+from agent_core.questions import Question, answer_result
 from agent_core.transcript import INTERRUPTED_RESULT
 from bot.router import Accept
 from bot.session_keys import origin_of, scope_of
@@ -79,7 +79,11 @@ async def answer_into_transcript(c: Conversations, question: Question, answer: s
     for block in last["content"]:
         if block.get("type") != "tool_use":
             continue
-        content = f"The user ({identity}) answered: {answer}" if block.get("name") == "ask_user" else INTERRUPTED_RESULT
+        content = (
+            answer_result(identity, answer, scope_of(question.session_key))
+            if block.get("name") == "ask_user"
+            else INTERRUPTED_RESULT
+        )
         results.append({"type": "tool_result", "tool_use_id": block["id"], "content": content})
     if results:
         await c.storage.append_message(question.session_key, question.run_id, "user", results)

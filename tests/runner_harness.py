@@ -88,6 +88,19 @@ class RunnerHarness:
         [outcome] = await self.runner.run_all([ToolCall(f"call{self.calls}", name, input)], ctx, set(), emit)
         return outcome
 
+    async def call_all(self, calls: list[tuple[str, dict[str, Any]]]) -> list[ToolOutcome]:
+        """Several calls of one model message in main (they run concurrently)."""
+        self.calls += 1  # the run row and session exist after a first `call`
+        ctx = ToolContext("main", Scope.MAIN, self.workspace, run_id="run:main", requester=OWNER)
+
+        async def emit(event: Event) -> None:
+            if isinstance(event, ApprovalRequested):
+                self.asked.append(event)
+                await self.gate.resolve(event.approval_id, self.decision, OWNER)
+
+        batch = [ToolCall(f"call{self.calls}-{i}", name, input) for i, (name, input) in enumerate(calls)]
+        return await self.runner.run_all(batch, ctx, set(), emit)
+
     def ran(self, name: str) -> list[str]:
         return [text for tool, text in self.executed if tool == name]
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.fakes.anthropic_api import FakeAnthropic
+from agent_core.prompt import ADDRESSED_SOURCE, frame_untrusted
 from tests.fakes.anthropic_script import ToolUse, context_tail, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_state import StoredMessage
@@ -17,9 +20,14 @@ from tests.discord_harness import OWNER as DC_OWNER
 from tests.discord_harness import dc  # noqa: F401  (fixture)
 from tests.discord_harness import running as running_discord
 from tests.fakes.discord_api import FakeDiscord
-from tests.telegram_harness import OWNER, STRANGER, Harness, running, tg  # noqa: F401  (fixture)
+from tests.telegram_harness import GROUP, MEMBER, OWNER, STRANGER, Harness, running, tg  # noqa: F401  (fixture)
 
 QUESTION = "Which server should I restart?"
+MALLORY = 78
+
+
+def addressed_answer(text: str) -> str:
+    return frame_untrusted(text, ADDRESSED_SOURCE)
 
 
 def buttons(message: StoredMessage) -> dict[str, str]:
@@ -174,3 +182,29 @@ async def test_new_after_a_restart_drops_the_old_question_goal_and_plan(
         assert "restart the broken server" not in json.dumps(fresh["system"]) + context_tail(fresh)
         assert len(fresh["messages"]) == 1
         assert await h.app.storage.goal_lock("main") is None and await h.app.storage.active_plan("main") is None
+
+
+@pytest.mark.parametrize("mode", ["collect", "followup", "steer", "interrupt"])
+async def test_another_group_members_text_never_answers_someone_elses_question(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic, mode: str
+) -> None:
+    """Bob asked, the question is Bob's: Mallory's reply (a reply to the question, and a
+    mention) is not the answer — the run still waits, and Mallory's words never reach it as
+    Bob's; Bob's reply then answers it."""
+    group_key = f"group:telegram:{GROUP}"
+    fake_api.script(reply_tools(ToolUse("ask_user", {"question": QUESTION})), reply_text("Restarting web-2 now."))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        h.app.conversations.lanes.set_mode(group_key, mode)
+        tg.send_group(GROUP, MEMBER, "restart the server that is down", mention=True, first_name="Bob")
+        card = await h.says(GROUP, f"❓ {QUESTION}")
+        tg.send_group(GROUP, MALLORY, "web-1", reply_to_bot_message_id=card.message_id, first_name="Mallory")
+        await h.bot_text(GROUP, lambda t: t.startswith("⏳"))  # queued behind Bob's run, told so
+        pending = await h.app.storage.pending_question(group_key)
+        assert pending is not None and pending.addressee == f"telegram:{MEMBER}"
+        assert len(fake_api.requests) == 1, "another member's text answered the question"
+
+        tg.send_group(GROUP, MEMBER, "web-2", reply_to_bot_message_id=card.message_id, first_name="Bob")
+        await h.bot_text(GROUP, lambda t: t.startswith("Restarting web-2 now."))
+        answered = answer_in(fake_api.requests[1].json)  # a member's words: framed as theirs
+        assert answered == f"The user (telegram:{MEMBER}) answered: {addressed_answer('web-2')}"
+        assert await h.app.storage.pending_question(group_key) is None

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from agent_core.policy import GrantRule
 from bot.conversations import KEPT_NOTICE
 from tests.app_harness import OWNER_ID, running_app
-from tests.fakes.anthropic_script import Reply, Text, ToolUse, reply_text, reply_tools, user_blocks
+from tests.fakes.anthropic_script import Reply, Text, ToolUse, addressed, reply_text, reply_tools, user_blocks
 from tests.fakes.recording_adapter import group, private
 from workspace.daily_log import log_path
 
@@ -143,7 +143,7 @@ async def test_stranger_gets_a_pairing_code_and_the_owner_approves(tmp_path, fak
         assert any("Paired" in text for _, text in adapter.notices)
         await adapter.say(private("77", "now?"))
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1)
-        assert adapter.replies[0].outcome.text == "echo: [user77] now?"
+        assert adapter.replies[0].outcome.text == f"echo: {addressed('user77', 'now?')}"
 
 
 async def test_commands_new_status_model_and_unknown(tmp_path, fake_api) -> None:

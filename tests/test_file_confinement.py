@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent_core.builtin_tools.files import EDIT_FILE, LIST_DIR, READ_FILE, WRITE_FILE
-from agent_core.builtin_tools.memory_tools import MEMORY_GET
+from agent_core.builtin_tools.memory_tools import MEMORY_GET, MEMORY_WRITE
 from agent_core.builtin_tools.skills_tool import LOAD_SKILL
 from agent_core.risk import Scope
 from agent_core.tools import Tool, ToolContext, ToolError
 from workspace.access import check_extra_root, skeleton
 from workspace.bootstrap import ensure_workspace
+from workspace.daily_log import log_path
 
 GROUP = "group:telegram:-100123"
 TOPIC = "group:telegram:-100123:7"
@@ -281,6 +283,36 @@ async def test_hard_link_to_a_private_or_outside_file_is_refused(ws: Path, key: 
     assert CANARY_MEMORY in (ws / "MEMORY.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("mode", ["append", "replace"])
+@pytest.mark.parametrize("link", ["symlink", "hard link"])
+async def test_memory_write_never_writes_through_a_link_in_place_of_memory_md(
+    ws: Path, link: str, mode: str
+) -> None:
+    """MEMORY.md swapped for a link to a file outside the workspace: memory_write is refused
+    like the file tools are, and the outside file is unchanged (it used to be appended to or
+    overwritten through the link)."""
+    outside = ws.parent / "outside.txt"
+    (ws / "MEMORY.md").unlink()
+    if link == "symlink":
+        (ws / "MEMORY.md").symlink_to(outside)
+    else:
+        os.link(outside, ws / "MEMORY.md")
+    expected = "outside the workspace" if link == "symlink" else "hard links"
+    message = await refused(MEMORY_WRITE, ctx(ws), expected, target="memory", text="pwned", mode=mode)
+    assert str(ws.parent) not in message
+    assert outside.read_text(encoding="utf-8") == CANARY_OUTSIDE
+
+
+async def test_memory_write_still_appends_and_replaces_a_plain_memory_md(ws: Path) -> None:
+    await call(MEMORY_WRITE, ctx(ws), target="memory", text="likes tea")
+    assert (ws / "MEMORY.md").read_text(encoding="utf-8") == f"# Memory\n{CANARY_MEMORY}\n\nlikes tea\n"
+    await call(MEMORY_WRITE, ctx(ws), target="memory", text="fresh start", mode="replace")
+    assert (ws / "MEMORY.md").read_text(encoding="utf-8") == "fresh start\n"
+    (ws / "MEMORY.md").unlink()
+    await call(MEMORY_WRITE, ctx(ws), target="memory", text="first note")
+    assert (ws / "MEMORY.md").read_text(encoding="utf-8") == "first note\n"
+
+
 @pytest.mark.parametrize("key", SUBS)
 async def test_hard_linked_own_log_is_refused_by_memory_get(ws: Path, key: str) -> None:
     os.link(ws / "memory/2025-01-01.md", ws / LOGS[key] / "2025-01-02.md")
@@ -451,3 +483,20 @@ async def test_file_reads_leave_the_event_loop_free(ws: Path, tool: Tool[Any], k
     await asyncio.sleep(0)  # timing-ok: exactly one loop turn, no race
     assert not task.done()
     assert await task
+
+
+@pytest.mark.parametrize("link", ["symlink", "hard link"])
+async def test_memory_write_to_the_log_never_writes_through_a_link(ws: Path, link: str) -> None:
+    """Today's log replaced by a link to a file outside the workspace: the note is refused
+    and the outside file is unchanged."""
+    outside = ws.parent / "outside.txt"
+    today = log_path(ws, "main", datetime.now().astimezone().date())
+    today.parent.mkdir(parents=True, exist_ok=True)
+    today.unlink(missing_ok=True)
+    if link == "symlink":
+        today.symlink_to(outside)
+    else:
+        os.link(outside, today)
+    message = await refused(MEMORY_WRITE, ctx(ws), "cannot write this chat's log", target="log", text="pwned")
+    assert str(ws.parent) not in message
+    assert outside.read_text(encoding="utf-8") == CANARY_OUTSIDE

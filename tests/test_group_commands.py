@@ -27,7 +27,7 @@ async def test_a_group_member_cannot_wipe_or_switch_the_groups_session(
 ) -> None:
     async with running(tmp_path, tg, fake_api, paced=False, agent={"fallback_models": ["claude-other"]}) as h:
         tg.send_group(GROUP, MEMBER, "remember the launch code word is heron", mention=True, first_name="Bob")
-        await h.bot_text(GROUP, lambda t: t.endswith("heron"))
+        await h.bot_text(GROUP, lambda t: t.endswith("heron\n</untrusted>"))
         await h.app.conversations.lanes.drain()
 
         tg.send_group(GROUP, OTHER, f"/new@{BOT_USERNAME}", first_name="Mallory")

@@ -194,16 +194,16 @@ async def test_a_flooding_group_member_is_told_once_and_the_owner_still_gets_ans
     async with running(tmp_path, tg, fake_api, paced=False, limits=limits) as h:
         for i in range(2):
             tg.send_group(GROUP, MEMBER, f"q{i}", mention=True, first_name="Bob")
-            await h.bot_text(GROUP, lambda t, i=i: t.endswith(f"q{i}"))
+            await h.bot_text(GROUP, lambda t, i=i: t.endswith(f"q{i}\n</untrusted>"))
         tg.send_group(GROUP, MEMBER, "q2", mention=True, first_name="Bob")
         notice = await h.bot_text(GROUP, lambda t: "limit" in t)
         assert (notice.text or "").startswith("This group has reached the limit of 2 messages per minute; try again at ")
         tg.send_group(GROUP, MEMBER, "q3", mention=True, first_name="Bob")
         tg.send_group(GROUP, OWNER, "owner here", mention=True, first_name="Olivia")
-        await h.bot_text(GROUP, lambda t: t.endswith("owner here"))
+        await h.bot_text(GROUP, lambda t: t.endswith("owner here\n</untrusted>"))
         texts = [m.text or "" for m in tg.bot_messages(GROUP)]
         assert sum("limit" in t for t in texts) == 1  # told once, not for q3
-        assert not any(t.endswith(("q2", "q3")) for t in texts)
+        assert not any(t.endswith(("q2\n</untrusted>", "q3\n</untrusted>")) for t in texts)
         assert len(fake_api.requests) == 3
 
 

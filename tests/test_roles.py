@@ -13,6 +13,7 @@ from bot.settings import ConfigError, load_settings
 from bot.storage import Storage
 from tests.app_harness import make_settings
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import addressed
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import GROUP, OWNER, PAIRING_CODE, STRANGER, running, tg  # noqa: F401
 
@@ -76,7 +77,7 @@ async def test_owner_revokes_a_paired_user_who_then_needs_a_new_code(
         tg.send_private(OWNER, f"/allow telegram:{STRANGER}")
         await h.says(OWNER, f"telegram:{STRANGER} may now talk to me privately.")
         tg.send_private(STRANGER, "hello", first_name="Sam")
-        await h.says(STRANGER, "echo: [Sam] hello")
+        await h.says(STRANGER, f"echo: {addressed('Sam', 'hello')}")
         tg.send_private(OWNER, f"/revoke telegram:{STRANGER}")
         await h.bot_text(OWNER, lambda t: t.startswith(f"telegram:{STRANGER} can no longer talk to me"))
         tg.send_private(STRANGER, "still there?", first_name="Sam")

@@ -7,6 +7,7 @@ import json
 
 from bot.commands import COMMANDS, GROUP_COMMANDS
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import addressed
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import (
     BOT_USERNAME,
@@ -55,7 +56,7 @@ async def test_stranger_pairs_through_the_owners_button_then_gets_an_isolated_se
         await h.bot_text(STRANGER, lambda t: t.startswith("You're paired"))
 
         tg.send_private(STRANGER, "hello again", first_name="Sam")
-        await h.says(STRANGER, "echo: [Sam] hello again")
+        await h.says(STRANGER, f"echo: {addressed('Sam', 'hello again')}")
         assert await h.app.storage.get_session(f"dm:telegram:{STRANGER}") is not None
         assert "hello again" not in transcript_text(await h.app.storage.load_transcript("main"))
         bodies = [r.body.decode() for r in fake_api.requests]
@@ -69,7 +70,7 @@ async def test_group_mention_is_answered_in_the_groups_sub_session_and_silence_i
     async with running(tmp_path, tg, fake_api, paced=False) as h:
         tg.send_group(GROUP, MEMBER, "just chatting among ourselves", first_name="Bob")
         asked = tg.send_group(GROUP, MEMBER, "what's up?", mention=True, first_name="Bob")
-        answer = await h.says(GROUP, f"echo: [Bob] @{BOT_USERNAME} what's up?")
+        answer = await h.says(GROUP, "echo: " + addressed("Bob", f"@{BOT_USERNAME} what's up?"))
         assert answer.reply_to_message_id is not None  # quotes the question in a busy group
         assert asked
         assert len(tg.bot_messages(GROUP)) == 1  # the unmentioned message got no answer
@@ -81,9 +82,9 @@ async def test_group_mention_is_answered_in_the_groups_sub_session_and_silence_i
 async def test_a_reply_to_the_bot_counts_as_a_mention(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
     async with running(tmp_path, tg, fake_api, paced=False) as h:
         tg.send_group(GROUP, MEMBER, "first", mention=True, first_name="Bob")
-        first = await h.says(GROUP, f"echo: [Bob] @{BOT_USERNAME} first")
+        first = await h.says(GROUP, f"echo: {addressed('Bob', f'@{BOT_USERNAME} first')}")
         tg.send_group(GROUP, MEMBER, "and a follow-up", reply_to_bot_message_id=first.message_id, first_name="Bob")
-        await h.says(GROUP, "echo: [Bob] and a follow-up")
+        await h.says(GROUP, f"echo: {addressed('Bob', 'and a follow-up')}")
 
 
 async def test_forum_topic_gets_its_own_session_and_answers_in_its_thread(
@@ -93,10 +94,10 @@ async def test_forum_topic_gets_its_own_session_and_answers_in_its_thread(
         # Topic messages reply to the topic's creation message: not a mention.
         tg.send_group(FORUM, MEMBER, "talking in topic 7", thread_id=7, first_name="Bob")
         tg.send_group(FORUM, MEMBER, "hi topic", mention=True, thread_id=7, first_name="Bob")
-        answer = await h.says(FORUM, f"echo: [Bob] @{BOT_USERNAME} hi topic")
+        answer = await h.says(FORUM, f"echo: {addressed('Bob', f'@{BOT_USERNAME} hi topic')}")
         assert answer.thread_id == 7
         tg.send_group(FORUM, MEMBER, "hi general", mention=True, first_name="Bob")
-        general = await h.says(FORUM, f"echo: [Bob] @{BOT_USERNAME} hi general")
+        general = await h.says(FORUM, f"echo: {addressed('Bob', f'@{BOT_USERNAME} hi general')}")
         assert general.thread_id is None
         assert len(tg.bot_messages(FORUM)) == 2
         assert await h.app.storage.get_session(f"group:telegram:{FORUM}:7") is not None
@@ -123,7 +124,7 @@ async def test_topic_created_by_the_bot_is_not_a_reply_to_the_bot(
             },
         }})
         tg.send_group(FORUM, MEMBER, "now for real", mention=True, thread_id=9, first_name="Bob")
-        await h.says(FORUM, f"echo: [Bob] @{BOT_USERNAME} now for real")
+        await h.says(FORUM, f"echo: {addressed('Bob', f'@{BOT_USERNAME} now for real')}")
         assert len(tg.bot_messages(FORUM)) == 1
         assert "chatter in the bot's topic" in fake_api.requests[-1].body.decode()  # buffered, not answered
 
@@ -139,7 +140,7 @@ async def test_group_not_allowed_is_ignored_until_the_owner_allows_it(
         await h.says(GROUP, "I'll answer in this group when mentioned.")
         assert len(tg.bot_messages(GROUP)) == 2 and not fake_api.requests  # "anyone home?" ignored
         tg.send_group(GROUP, MEMBER, "now?", mention=True, first_name="Bob")
-        await h.says(GROUP, f"echo: [Bob] @{BOT_USERNAME} now?")
+        await h.says(GROUP, f"echo: {addressed('Bob', f'@{BOT_USERNAME} now?')}")
 
 
 async def test_a_command_for_another_bot_is_not_obeyed(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:

@@ -299,6 +299,29 @@ def open_regular(real: Path, rel: PurePath) -> BinaryIO:
         raise
 
 
+def open_append(real: Path, rel: PurePath) -> BinaryIO:
+    """Open a confined file for appending, creating it if missing, with the checks of
+    `open_regular` on the descriptor: a symlink put in its place is not followed, and a file
+    that is not regular or has another hard link is refused before a byte is written."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(real, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        if exc.errno in (getattr(os, "ELOOP", -1), getattr(os, "EMLINK", -1)):
+            raise NotAvailable(f"{display(rel)}: cannot be written (a link was put in its place)") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAvailable(f"{display(rel)}: not a regular file")
+        if st.st_nlink > 1:
+            raise HardLinked(f"{display(rel)}: has {st.st_nlink} hard links; refused")
+        return os.fdopen(fd, "ab")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def readable(root: Path, rel: PurePath, access: Access, *, real_root: str | None = None) -> bool:
     """True if `confine` would let this session read `rel` (used to filter listings)."""
     try:

@@ -16,9 +16,11 @@ the folder sits outside `memory/` so that it is never part of memory search.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import stat
 from datetime import date, datetime
 from pathlib import Path
 
@@ -108,14 +110,19 @@ def append_entry(root: Path, session_key: str, now: datetime, text: str) -> Path
     entry = f"\n### {now:%H:%M:%S}\n{body}\n".encode()
     # os-level: one append per run of every chat, and a text-mode file object costs more
     # than the write. The folders are made only when the open finds them missing.
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    # Never through a link: a symlink in the log's place is not followed (O_NOFOLLOW), and a
+    # file with another hard link (which may be a private or outside file) is not written.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         fd = os.open(path, flags, 0o644)
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, flags, 0o644)
     try:
-        if os.fstat(fd).st_size == 0:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            raise OSError(errno.EMLINK, "the log is not one plain file (a link?); not written")
+        if st.st_size == 0:
             entry = f"# {now.date().isoformat()}\n".encode() + entry
         view = memoryview(entry)
         while view:  # a regular file takes it whole unless the disk fills up

@@ -9,12 +9,13 @@ only: they are shown in group chats.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path, PurePosixPath
 
 from agent_core.tools import ToolContext, ToolError
 from workspace.access import Access, AccessDenied, Mode, confine, display, open_regular
 
-__all__ = ["access_of", "display", "read_bytes", "resolve_in_workspace"]
+__all__ = ["access_of", "display", "read_bytes", "resolve_in_workspace", "write_atomically"]
 
 
 def access_of(ctx: ToolContext) -> Access:
@@ -49,3 +50,21 @@ def read_bytes(real: Path, rel: PurePosixPath, limit: int) -> tuple[bytes, int]:
     except OSError as exc:
         raise ToolError(f"{name}: cannot read ({exc.strerror or type(exc).__name__})") from None
 
+
+
+def write_atomically(real: Path, data: bytes) -> None:
+    """Replace a confined file by a new one (a temporary file renamed over it): a link swapped
+    in after `resolve_in_workspace` is itself replaced, never written through, and a hard link
+    elsewhere keeps its old content. Raises OSError."""
+    real.parent.mkdir(parents=True, exist_ok=True)
+    mode = real.stat().st_mode & 0o7777 if real.exists() else None
+    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, real)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

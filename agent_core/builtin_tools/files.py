@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent_core.builtin_tools._paths import access_of, display, read_bytes, resolve_in_workspace
+from agent_core.builtin_tools._paths import (
+    access_of,
+    display,
+    read_bytes,
+    resolve_in_workspace,
+    write_atomically,
+)
 from agent_core.risk import Risk
 from agent_core.tools import Tool, ToolContext, ToolError
 from workspace.access import Access
@@ -91,24 +96,9 @@ def _read_file(ctx: ToolContext, args: ReadFileInput) -> str:
     return out
 
 
-def _atomic_write(real: Path, data: bytes) -> None:
-    real.parent.mkdir(parents=True, exist_ok=True)
-    mode = real.stat().st_mode & 0o7777 if real.exists() else None
-    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, real)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_or_explain(real: Path, name: str, data: bytes) -> None:
     try:
-        _atomic_write(real, data)
+        write_atomically(real, data)
     except OSError as exc:  # the OS message names the absolute path; ours does not
         raise ToolError(f"{name}: cannot write ({exc.strerror or type(exc).__name__})") from None
 

@@ -7,15 +7,17 @@ reads only its own daily logs and can write only its own log; MEMORY.md is main'
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import datetime
 from pathlib import PurePath
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent_core.builtin_tools._paths import display, read_bytes, resolve_in_workspace
+from agent_core.builtin_tools._paths import display, read_bytes, resolve_in_workspace, write_atomically
 from agent_core.risk import Risk, Scope
 from agent_core.tools import Tool, ToolContext, ToolError, cap_output
+from workspace.access import AccessDenied, open_append
 from workspace.daily_log import MEMORY_DIR, append_entry
 from workspace.memory_files import LONG_TERM_FILE
 
@@ -96,16 +98,20 @@ async def _get_async(args: MemoryGetInput, ctx: ToolContext) -> str:
 
 
 def _write_memory(ctx: ToolContext, args: MemoryWriteInput) -> str:
-    path = ctx.workspace / LONG_TERM_FILE
+    # The file tools' confinement: a MEMORY.md that became a symlink out of the workspace or
+    # a hard link to another file is refused, and the write itself never follows a link.
+    real, rel = resolve_in_workspace(ctx, LONG_TERM_FILE, "write")
     if args.mode == "replace":
         if len(args.text) > MAX_MEMORY_CHARS:
             raise ToolError(f"MEMORY.md would exceed {MAX_MEMORY_CHARS:,} characters")
-        path.write_text(args.text.rstrip("\n") + "\n", encoding="utf-8")
+        write_atomically(real, (args.text.rstrip("\n") + "\n").encode("utf-8"))
         return f"replaced MEMORY.md ({len(args.text):,} characters)"
-    with path.open("a", encoding="utf-8") as fh:
-        if fh.tell() > 0:
-            fh.write("\n")
-        fh.write(args.text.rstrip("\n") + "\n")
+    try:
+        with open_append(real, rel) as fh:
+            prefix = b"\n" if os.fstat(fh.fileno()).st_size > 0 else b""
+            fh.write(prefix + (args.text.rstrip("\n") + "\n").encode("utf-8"))
+    except AccessDenied as exc:
+        raise ToolError(str(exc)) from None
     return f"appended {len(args.text):,} characters to MEMORY.md"
 
 

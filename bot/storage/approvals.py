@@ -122,9 +122,21 @@ class ApprovalRepository(RepositoryBase):
     # -- grants ("Always allow in this session": one session, tool and exact input) ---------
 
     async def add_grant(self, rule: GrantRule, *, created_by: str | None = None) -> Grant:
-        """Store the rule; idempotent (an existing rule is returned as it was)."""
-        digest = _input_hash(rule.input)
+        """Store the rule; idempotent (an existing rule is returned as it was). A rule for the
+        same input bound to other file contents is replaced: those contents are gone."""
+        digest = _rule_hash(rule)
         async with self._tx() as s:
+            if rule.binding:
+                await s.execute(
+                    delete(GrantModel)
+                    .where(
+                        GrantModel.session_key == rule.session_key,
+                        GrantModel.tool_name == rule.tool_name,
+                        GrantModel.input == rule.input,
+                        GrantModel.binding != rule.binding,
+                    )
+                    .execution_options(synchronize_session=False)
+                )
             await s.execute(
                 self._insert(GrantModel)
                 .values(
@@ -132,6 +144,7 @@ class ApprovalRepository(RepositoryBase):
                     tool_name=rule.tool_name,
                     input_hash=digest,
                     input=rule.input,
+                    binding=rule.binding,
                     created_at=self._now(),
                     created_by=created_by,
                 )
@@ -142,11 +155,15 @@ class ApprovalRepository(RepositoryBase):
             return _grant(row)
 
     async def has_grant(self, rule: GrantRule) -> bool:
-        """True only for a stored rule with this exact input (the hash finds it, the
-        stored input confirms it byte for byte)."""
+        """True only for a stored rule with this exact input and binding (the hash finds
+        it, the stored values confirm it byte for byte)."""
         async with self._tx() as s:
-            row = await s.scalar(select(GrantModel.input).where(*_rule_matches(rule, _input_hash(rule.input))))
-            return row is not None and row == rule.input
+            row = (
+                await s.execute(
+                    select(GrantModel.input, GrantModel.binding).where(*_rule_matches(rule, _rule_hash(rule)))
+                )
+            ).first()
+            return row is not None and tuple(row) == (rule.input, rule.binding)
 
     async def grants(self, session_key: str | None = None) -> list[Grant]:
         """The session's rules (every session's when None), oldest first."""
@@ -190,6 +207,13 @@ def _input_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _rule_hash(rule: GrantRule) -> str:
+    """The unique key's hash: of the input alone for an unbound rule (as before 0013)."""
+    if not rule.binding:
+        return _input_hash(rule.input)
+    return _input_hash(f"{rule.input}\x00{rule.binding}")
+
+
 def _rule_matches(rule: GrantRule, digest: str) -> list[Any]:
     return [
         GrantModel.session_key == rule.session_key,
@@ -201,7 +225,7 @@ def _rule_matches(rule: GrantRule, digest: str) -> list[Any]:
 def _grant(m: GrantModel) -> Grant:
     return Grant(
         id=m.id,
-        rule=GrantRule(m.session_key, m.tool_name, m.input),
+        rule=GrantRule(m.session_key, m.tool_name, m.input, m.binding),
         created_at=m.created_at,
         created_by=m.created_by,
     )

@@ -171,7 +171,8 @@ class ApprovalModel(Base):
 
 class GrantModel(Base):
     """'Always allow in this session' as a rule: one session, one tool, one exact input
-    (migration 0005). `input_hash` (SHA-256 of `input`) keeps the unique key short."""
+    (migration 0005), bound to the files it names (0013). `input_hash` (SHA-256 of `input`,
+    and of `binding` when there is one) keeps the unique key short."""
 
     __tablename__ = "grants"
     __table_args__ = (UniqueConstraint("session_key", "tool_name", "input_hash"),)
@@ -183,6 +184,8 @@ class GrantModel(Base):
     input: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime]
     created_by: Mapped[str | None] = mapped_column(String(128))
+    binding: Mapped[str] = mapped_column(Text, default="", server_default="")
+    """The workspace files the command names and their digests at the grant (0013); "" if none."""
 
 
 class SeenUpdateModel(Base):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from agent_core.prompt import TAIL_HEADER
+from agent_core.prompt import ADDRESSED_SOURCE, TAIL_HEADER, frame_untrusted
 
 _ALPHABET = string.ascii_letters + string.digits
 
@@ -233,6 +233,12 @@ def is_context_tail(block: Mapping[str, Any]) -> bool:
     """Roost's refreshed context (clock, today's log, pinned goal) that rides at the end of
     the newest user message, after the conversation's cache breakpoint: not the user's."""
     return block.get("type") == "text" and str(block.get("text", "")).startswith(TAIL_HEADER)
+
+
+def addressed(sender: str, text: str) -> str:
+    """A message addressed to Roost in a sub scope (a group, a paired DM) as the model gets
+    it: framed as untrusted, its sender inside the frame."""
+    return frame_untrusted(f"[{sender}] {text}", ADDRESSED_SOURCE)
 
 
 def user_blocks(body: Mapping[str, Any]) -> list[dict[str, Any]]:
