@@ -310,7 +310,7 @@ async def build(
         conversations.breakers = breakers
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
-        conversations.jobs = JobRuns(storage, scheduler)
+        conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         conversations.log_cutoffs = log_cutoffs
         questions.resume = conversations.resume_question

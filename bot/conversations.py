@@ -305,6 +305,7 @@ class Conversations:
             self._replayed.set()
             if self.jobs is not None:  # due jobs fire once the backlog is handed on
                 self.jobs.scheduler.adapters_ready()
+                await self.jobs.resume()  # sends the last process left pending
         if backlog:
             log.info("inbox.replayed", extra={"messages": len(backlog)})
         return len(backlog)

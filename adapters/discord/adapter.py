@@ -22,6 +22,7 @@ on 429; discord.py's own rate-limit handling sits below it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Coroutine, Mapping, Sequence
@@ -101,6 +102,11 @@ class _Client(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
+
+
+def once_nonce(key: str, part: int) -> str:
+    """The nonce of chunk `part` of the keyed send `key` (Discord takes at most 25 characters)."""
+    return hashlib.sha256(f"{key}:{part}".encode()).hexdigest()[:25]
 
 
 class DiscordAdapter(StartsOnce):
@@ -332,6 +338,26 @@ class DiscordAdapter(StartsOnce):
             for chunk in chunks:
                 message_id = await _followup(interaction, chunk) or message_id
             return message_id
+        return await self._post_chunks(target, chunks, buttons, None)
+
+    async def send_once(
+        self, target: ReplyTarget, text: str, key: str, *, buttons: Sequence[Button] = (), uncertain: bool = False
+    ) -> str:
+        """`adapters.base.OnceSender`: every attempt posts each chunk under the same nonce,
+        derived from `key`, with `enforce_nonce` — Discord answers a nonce it has seen in the
+        channel with the message already posted, so an attempt after a lost answer is itself
+        the check (for as long as Discord remembers the nonce: minutes). `uncertain` changes
+        nothing here."""
+        self._running()
+        chunks = [p.text for p in plan_chunks(text, SPEC)]
+        if not chunks:
+            raise DeliveryError("refusing to send an empty message")
+        return await self._post_chunks(target, chunks, buttons, key)
+
+    async def _post_chunks(
+        self, target: ReplyTarget, chunks: Sequence[str], buttons: Sequence[Button], key: str | None
+    ) -> str:
+        ctx = self._running()
         target = await self._resolved(target)
         transport = ctx.transport_for(target, quote=False)
         view = None
@@ -345,9 +371,11 @@ class DiscordAdapter(StartsOnce):
         message_id = ""
         for n, chunk in enumerate(chunks):
             last = n == len(chunks) - 1
+            nonce = None if key is None else once_nonce(key, n)
 
-            async def send(text: str = chunk, v: discord.ui.View | None = view if last else None) -> str:
-                return await transport.send(text, [], view=v)
+            async def send(text: str = chunk, v: discord.ui.View | None = view if last else None,
+                           nonce: str | None = nonce) -> str:
+                return await transport.send(text, [], view=v, nonce=nonce)
 
             message_id = await through_outbox(ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s)
         return message_id

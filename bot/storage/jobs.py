@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, update
 
 from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.inbox import InboxMessage, InboxRow, _row
-from bot.storage.models import DeliveryModel, InboxModel, JobModel, SeenUpdateModel
+from bot.storage.models import DeliveryModel, InboxModel, JobModel, PendingSendModel, SeenUpdateModel
 
 JobState = Literal["active", "paused", "done", "missed", "cancelled"]
 
@@ -195,7 +195,8 @@ class JobRepository(RepositoryBase):
 
     async def settle_jobs(self) -> int:
         """At start-up: a run the last process left `running` was cut off (its reply is
-        marked in place by the delivery recovery); re-sends it left pending never got through."""
+        marked in place by the delivery recovery). Re-sends it left pending resume
+        (bot.scheduling.sends); a `retrying` job without one never gets through."""
         async with self._tx() as s:
             result = await s.execute(
                 update(JobModel)
@@ -205,7 +206,10 @@ class JobRepository(RepositoryBase):
             )
             await s.execute(
                 update(JobModel)
-                .where(JobModel.last_delivery == "retrying")
+                .where(
+                    JobModel.last_delivery == "retrying",
+                    ~exists().where(PendingSendModel.job_id == JobModel.id, PendingSendModel.state == "pending"),
+                )
                 .values(last_delivery="failed", updated_at=self._now())
                 .execution_options(synchronize_session=False)
             )
