@@ -79,3 +79,36 @@ async def test_a_resend_that_loses_its_answer_twice_shows_once(
     assert texts(h, dm).count(ANSWER) == 1
     assert not any(t.startswith("⚠️ “standup”") for t in texts(h, dm))
     assert after is not None and after.last_delivery == "delivered"
+
+
+async def test_a_resend_after_a_partly_delivered_answer_repeats_nothing_that_arrived(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """An answer of two messages: the first arrives, the second is refused until the stream
+    gives up. The re-send carries only the second; the first shows once."""
+    clock = FakeClock(T0)
+    paragraphs = [f"Item {n}: " + "all systems nominal, nothing to report here. " * 4 for n in range(16)]
+    long_answer = "\n\n".join(paragraphs)
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        h.app.scheduler.clock = clock  # type: ignore[union-attr]
+        h.app.conversations.jobs.sends.sleep = no_wait  # type: ignore[union-attr]
+        h.llm.script(
+            reply_tools(ToolUse("schedule", {"action": "create", "name": "standup", "prompt": "post the status",
+                                             "delay_minutes": 5})),
+            reply_text("Scheduled."),
+            reply_text(long_answer),
+        )
+        dm = h.dc.dm_channel(OWNER)
+        h.dc.say(dm, OWNER, "schedule the status")
+        await h.bot_text(dm, lambda t: t == "Scheduled.")
+        dc.fail_next("POST", f"/channels/{dm}/messages", count=3, after=1)  # the answer's second message
+        await fire(h, clock)
+        (job,) = await h.app.storage.list_jobs(include_ended=True)
+    shown = texts(h, dm)
+    with_first = [t for t in shown if "Item 0:" in t]
+    with_last = [t for t in shown if "Item 15:" in t]
+    assert len(with_first) == 1 and with_first[0].startswith("⏰ standup\n\n")
+    assert len(with_last) == 1 and with_last[0].startswith("⏰ standup (continued)\n\n")
+    assert with_first != with_last  # two messages: the part that arrived, then the rest
+    assert all(sum(p.split(":")[0] + ":" in t for t in shown) == 1 for p in paragraphs)
+    assert job.last_delivery == "delivered"

@@ -281,12 +281,13 @@ class FakeDiscord(DiscordRest):
 
     def fail_next(
         self, method: str, path_prefix: str, *, status: int = 403, code: int = 50013,
-        message: str = "Missing Permissions", count: int = 1,
+        message: str = "Missing Permissions", count: int = 1, after: int = 0,
     ) -> None:
-        """Refuse the next `count` matching calls with `status` and error `code` (nothing
-        takes effect), as Discord refuses a channel the bot may no longer write to."""
+        """Refuse `count` matching calls, after letting `after` through, with `status` and
+        error `code` (nothing takes effect), as Discord refuses a channel the bot may no
+        longer write to."""
         with self.state.cond:
-            self._failures.append(_Failure(method, path_prefix, status, code, message, count))
+            self._failures.append(_Failure(method, path_prefix, status, code, message, count, after))
 
     def lose_next_answer(self, method: str, path_prefix: str) -> None:
         """Carry out the next matching call, then cut the connection instead of answering

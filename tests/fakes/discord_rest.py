@@ -25,6 +25,8 @@ class _Failure:
     code: int
     message: str
     remaining: int
+    skip: int = 0
+    """Matching calls let through before the refusals start."""
 
 
 @dataclass
@@ -118,6 +120,9 @@ class DiscordRest:
         with self.state.cond:
             for failure in self._failures:
                 if failure.method == method and path.startswith(failure.path_prefix):
+                    if failure.skip > 0:
+                        failure.skip -= 1
+                        return None
                     failure.remaining -= 1
                     if failure.remaining <= 0:
                         self._failures.remove(failure)
