@@ -166,6 +166,7 @@ async def build(
             for run in await storage.mark_interrupted_runs():
                 log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
             await storage.prune_seen_updates()
+            await storage.prune_sends()
             for worker in await storage.interrupt_workers():  # reported, never silently lost
                 log.info("worker.interrupted_by_restart", extra={"worker": worker.id, "run": worker.parent_run_id})
 

@@ -5,10 +5,10 @@ recording the same send twice stores it once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.models import PendingSendModel
@@ -60,6 +60,18 @@ class SendRepository(RepositoryBase):
         async with self._tx() as s:
             row = await s.get(PendingSendModel, key)
             return None if row is None else _send(row)
+
+    async def prune_sends(self, older_than: timedelta = timedelta(days=7)) -> int:
+        """Forget sends that ended before now - older_than (a key is only needed to store a
+        send once while it may still be recorded again: moments after a crash)."""
+        cutoff = self._now() - older_than
+        async with self._tx() as s:
+            result = await s.execute(
+                delete(PendingSendModel)
+                .where(PendingSendModel.state != "pending", PendingSendModel.updated_at < cutoff)
+                .execution_options(synchronize_session=False)
+            )
+            return rowcount(result)
 
     async def pending_sends(self) -> list[SendRow]:
         async with self._tx() as s:
