@@ -188,13 +188,11 @@ class JobRuns:
             return "resend", None
         if any(p.lost for p in parts):
             return "unknown", None
-        missing = [p for p in parts if p.state in ("failed", "live") and p.final_text]
         shown = any(p.message_id is not None for p in parts)
+        missing = [text for p in parts if p.state in ("failed", "live") and (text := _unshown(p))]
         if not missing:
             return ("delivered" if shown else "nothing"), None
-        if not shown:
-            return "resend", None
-        return "resend", [p.final_text for p in missing]
+        return "resend", missing if shown else None
 
     async def _report(self, settled: Settled) -> SendRow | None:
         """The owner's report of an answer that ended undelivered (stored with its end)."""
@@ -240,3 +238,12 @@ class JobRuns:
 
     async def aclose(self) -> None:
         await self.sends.aclose()
+
+
+def _unshown(part: DeliveredPart) -> str:
+    """What of a message's final text its chat does not show: a message left part-way
+    (its edits failed) shows a prefix of it already."""
+    if part.message_id is not None and part.text and part.final_text.startswith(part.text):
+        rest = part.final_text[len(part.text):].strip()
+        return "…" + rest if rest else ""
+    return part.final_text
