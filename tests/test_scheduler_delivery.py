@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from adapters.stream import DeliveredPart
+from bot.scheduling.runs import judge
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import reply_text
 from tests.fakes.telegram_api import FakeTelegram
@@ -80,7 +82,8 @@ async def test_a_resend_failing_everywhere_after_a_restart_tells_the_owner_once(
     tg.fail_next("sendMessage", status=403, description=KICKED, count=1000, chat_id=GROUP)
     clock.advance(seconds=10)
     async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, prepare=sleeping(no_wait)) as h:
-        await h.bot_text(OWNER, lambda t: t.startswith("⚠️ “standup” ran but its answer could not be delivered"))
+        await h.bot_text(OWNER, lambda t: t.startswith("⚠️ “standup” ran but its answer could not be delivered"),
+                         timeout=20)
         await h.app.conversations.jobs.drain()  # type: ignore[union-attr]
         after = await h.app.storage.get_job(job_id)
     async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, prepare=sleeping(no_wait)) as h:
@@ -157,3 +160,17 @@ async def test_a_resend_whose_answer_and_whose_check_are_lost_shows_once(
         after = await h.app.storage.get_job(job_id)
     assert texts(tg, GROUP).count(ANSWER) == 1 and reports(tg) == []
     assert after is not None and after.last_delivery == "delivered"
+
+
+def test_what_a_resend_carries_is_only_what_the_chat_does_not_show() -> None:
+    def part(index: int, shows: str | None, final: str, state: str = "failed", lost: bool = False) -> DeliveredPart:
+        message_id = None if shows is None else str(index + 10)
+        return DeliveredPart(index, message_id, shows or "", state, final, lost)  # type: ignore[arg-type]
+
+    first, second = "⏰ standup\n\nPart one.", "Part two."
+    assert judge([part(0, first, first, "done"), part(1, second, second, "done")]) == ("delivered", None)
+    assert judge([part(0, first, first, "done"), part(1, None, second)]) == ("resend", [second])
+    assert judge([part(0, "⏰ standup\n\nPart", first), part(1, None, second)]) == ("resend", ["…one.", second])
+    assert judge([part(0, None, first), part(1, None, second)]) == ("resend", None)  # nothing shows: all of it
+    assert judge([part(0, first, first, "done"), part(1, None, second, lost=True)]) == ("unknown", None)
+    assert judge([part(0, first, first, "gone")]) == ("delivered", None)  # deleted by someone: not re-sent

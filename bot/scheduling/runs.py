@@ -176,23 +176,14 @@ class JobRuns:
                      after_s=self.sends.retry_delays_s[0], job_id=ref.job_id)
         )
 
-    async def _undelivered(
-        self, sink: JobSink, run_id: str, answer: str
-    ) -> tuple[Literal["delivered", "nothing", "unknown", "resend"], list[str] | None]:
-        """How the live reply ended, and what of it is still to send (None: all of it)."""
+    async def _undelivered(self, sink: JobSink, run_id: str, answer: str) -> tuple[Verdict, list[str] | None]:
         parts = sink.parts()
-        if parts is None:  # a sink that cannot say: judge by the delivery records
-            delivered = await self.storage.run_delivery(run_id)
-            if delivered == "delivered" or (delivered == "none" and not answer):
-                return ("delivered" if delivered == "delivered" else "nothing"), None
-            return "resend", None
-        if any(p.lost for p in parts):
-            return "unknown", None
-        shown = any(p.message_id is not None for p in parts)
-        missing = [text for p in parts if p.state in ("failed", "live") and (text := _unshown(p))]
-        if not missing:
-            return ("delivered" if shown else "nothing"), None
-        return "resend", missing if shown else None
+        if parts is not None:
+            return judge(parts)
+        delivered = await self.storage.run_delivery(run_id)  # a sink that cannot say: the records
+        if delivered == "delivered" or (delivered == "none" and not answer):
+            return ("delivered" if delivered == "delivered" else "nothing"), None
+        return "resend", None
 
     async def _report(self, settled: Settled) -> SendRow | None:
         """The owner's report of an answer that ended undelivered (stored with its end)."""
@@ -238,6 +229,21 @@ class JobRuns:
 
     async def aclose(self) -> None:
         await self.sends.aclose()
+
+
+Verdict = Literal["delivered", "nothing", "unknown", "resend"]
+
+
+def judge(parts: Sequence[DeliveredPart]) -> tuple[Verdict, list[str] | None]:
+    """How a live reply ended, and what of it is still to send (None: all of it). A part
+    that may show under an unknown id makes it `unknown`: nothing is sent again."""
+    if any(p.lost for p in parts):
+        return "unknown", None
+    shown = any(p.message_id is not None for p in parts)
+    missing = [text for p in parts if p.state in ("failed", "live") and (text := _unshown(p))]
+    if not missing:
+        return ("delivered" if shown else "nothing"), None
+    return "resend", missing if shown else None
 
 
 def _unshown(part: DeliveredPart) -> str:
