@@ -220,8 +220,13 @@ class JobRuns:
             await self.storage.job_status(send.job_id, delivery=state)
 
     async def resume(self) -> int:
-        """At start-up, once adapters are connected: sends the last process left pending."""
-        return await self.sends.resume()
+        """At start-up, once adapters are connected: sends the last process left pending
+        (they stay stored if this fails: the next start tries again)."""
+        try:
+            return await self.sends.resume()
+        except Exception:  # start-up goes on: due jobs must still fire
+            log.exception("sends.resume_failed")
+            return 0
 
     async def drain(self) -> None:
         """Wait for pending sends (tests)."""
