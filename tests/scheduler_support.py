@@ -85,12 +85,17 @@ class Parked:
     """A re-send's sleep that never returns: the send stays pending; `parked` is set once
     something waits (so a test can stop the app right then, before any re-send)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, after: int = 0) -> None:
         self.parked = asyncio.Event()
         self.waits: list[float] = []
+        self._free = after
+        """Waits that return at once before one parks."""
 
     async def __call__(self, seconds: float) -> None:
         self.waits.append(seconds)
+        if self._free > 0:
+            self._free -= 1
+            return
         self.parked.set()
         await asyncio.Event().wait()
 

@@ -174,3 +174,26 @@ def test_what_a_resend_carries_is_only_what_the_chat_does_not_show() -> None:
     assert judge([part(0, None, first), part(1, None, second)]) == ("resend", None)  # nothing shows: all of it
     assert judge([part(0, first, first, "done"), part(1, None, second, lost=True)]) == ("unknown", None)
     assert judge([part(0, first, first, "gone")]) == ("delivered", None)  # deleted by someone: not re-sent
+
+
+async def test_a_resend_that_lost_its_answer_before_a_restart_is_not_sent_again_and_the_owner_is_told(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """The re-send posts but its answer is lost; the app restarts before looking for it. The
+    new process cannot look (it knows none of the chat's message ids), so it does not post
+    the answer again: the owner is told it may be missing."""
+    clock = FakeClock(T0)
+    parked = Parked(after=1)  # the re-send's 10 s pass; the look that follows waits forever
+    async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, prepare=sleeping(parked)) as h:
+        job_id = await standup_fails_live(
+            h, tg, clock, also=lambda: tg.drop_response_next("sendMessage", chat_id=GROUP)
+        )
+        await parked.wait()
+    assert texts(tg, GROUP).count(ANSWER) == 1  # it did arrive
+    clock.advance(seconds=10)
+    async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, prepare=sleeping(no_wait)) as h:
+        await h.bot_text(OWNER, lambda t: t.startswith("⚠️ “standup” ran, but I cannot tell"))
+        await h.app.conversations.jobs.drain()  # type: ignore[union-attr]
+        after = await h.app.storage.get_job(job_id)
+    assert texts(tg, GROUP).count(ANSWER) == 1 and len(reports(tg)) == 1
+    assert after is not None and after.last_delivery == "unknown"
