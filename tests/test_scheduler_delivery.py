@@ -172,7 +172,8 @@ def test_what_a_resend_carries_is_only_what_the_chat_does_not_show() -> None:
     assert judge([part(0, first, first, "done"), part(1, None, second)]) == ("resend", [second])
     assert judge([part(0, "⏰ standup\n\nPart", first), part(1, None, second)]) == ("resend", ["…one.", second])
     assert judge([part(0, None, first), part(1, None, second)]) == ("resend", None)  # nothing shows: all of it
-    assert judge([part(0, first, first, "done"), part(1, None, second, lost=True)]) == ("unknown", None)
+    assert judge([part(0, first, first, "done"), part(1, None, second, lost=True)]) == ("unknown", [])
+    assert judge([part(0, None, first, lost=True), part(1, None, second)]) == ("unknown", [second])  # only that
     assert judge([part(0, first, first, "gone")]) == ("delivered", None)  # deleted by someone: not re-sent
 
 

@@ -7,7 +7,7 @@ records, written only once the chat shows a message, for a sink that cannot say)
 the run's success. What did not reach the chat is re-sent with backoff — only that: parts that
 arrived are not repeated — as a send that survives a restart (bot.scheduling.sends); if it
 still fails the owner is told, once. A part whose send lost its answer and could not be found
-may show in the chat: nothing is re-sent then, and the owner is told that it may be missing.
+may show in the chat: that part is never re-sent, and the owner is told that it may be missing.
 Nothing is marked "delivered" that the platform did not confirm.
 """
 
@@ -158,22 +158,26 @@ class JobRuns:
         if verdict in ("delivered", "nothing"):
             await self.storage.job_status(ref.job_id, execution=execution, delivery=verdict)
             return
-        if verdict == "unknown":  # a part may show: sending the answer again could show it twice
+        key = f"answer:{run_id}"
+        if verdict == "unknown":  # a part may show: sending it again could show it twice
             await self.storage.job_status(ref.job_id, execution=execution, delivery="unknown")
             job = await self.storage.get_job(ref.job_id)
-            report = None if job is None else self._unknown_report(job, f"answer:{run_id}")
+            report = None if job is None else self._unknown_report(job, key)
             if report is not None:
                 await self.sends.add(report)
-            return
-        await self.storage.job_status(ref.job_id, execution=execution, delivery="retrying")
+            if not rest:
+                return
+            key = f"{PARTLY_UNKNOWN}{run_id}"  # the parts known to be missing still go
+        else:
+            await self.storage.job_status(ref.job_id, execution=execution, delivery="retrying")
         if rest is None:
             text = f"⏰ {name}\n\n{answer or '(the run ended without an answer)'}"
-        else:  # what arrived is not repeated
+        else:  # what arrived (or may have) is not repeated
             text = f"⏰ {name} (continued)\n\n" + "\n\n".join(rest)
         where = ReplyTarget(target.platform, target.chat_id, target.thread_id)
         await self.sends.add(
-            new_send(f"answer:{run_id}", "answer", where, text, at=self.scheduler.clock(),
-                     after_s=self.sends.retry_delays_s[0], job_id=ref.job_id)
+            new_send(key, "answer", where, text, at=self.scheduler.clock(), after_s=self.sends.retry_delays_s[0],
+                     job_id=ref.job_id)
         )
 
     async def _undelivered(self, sink: JobSink, run_id: str, answer: str) -> tuple[Verdict, list[str] | None]:
@@ -217,6 +221,8 @@ class JobRuns:
         send = settled.send
         if send.kind == "answer" and send.job_id is not None:
             state = "delivered" if settled.state == "sent" else settled.state
+            if send.key.startswith(PARTLY_UNKNOWN) and state == "delivered":
+                state = "unknown"  # the rest arrived; whether the lost part did is still unknown
             await self.storage.job_status(send.job_id, delivery=state)
 
     async def resume(self) -> int:
@@ -239,13 +245,18 @@ class JobRuns:
 Verdict = Literal["delivered", "nothing", "unknown", "resend"]
 
 
+PARTLY_UNKNOWN = "rest:"
+"""Key prefix of a re-send of the parts known missing from an answer with a lost part."""
+
+
 def judge(parts: Sequence[DeliveredPart]) -> tuple[Verdict, list[str] | None]:
     """How a live reply ended, and what of it is still to send (None: all of it). A part
-    that may show under an unknown id makes it `unknown`: nothing is sent again."""
+    that may show under an unknown id makes it `unknown`: that part is never sent again
+    (the rest, the parts known to be missing, is returned to send)."""
+    missing = [text for p in parts if p.state in ("failed", "live") and not p.lost and (text := _unshown(p))]
     if any(p.lost for p in parts):
-        return "unknown", None
+        return "unknown", missing
     shown = any(p.message_id is not None for p in parts)
-    missing = [text for p in parts if p.state in ("failed", "live") and (text := _unshown(p))]
     if not missing:
         return ("delivered" if shown else "nothing"), None
     return "resend", missing if shown else None
