@@ -65,15 +65,22 @@ class OnceSender(Protocol):
     (a re-send with backoff, across restarts) and still shows once in the chat."""
 
     async def send_once(
-        self, target: ReplyTarget, text: str, key: str, *, buttons: Sequence[Button] = (), uncertain: bool = False
+        self,
+        target: ReplyTarget,
+        text: str,
+        key: str,
+        *,
+        buttons: Sequence[Button] = (),
+        uncertain_for: float | None = None,
     ) -> str:
         """Send `text` (split like `send_text`) as the one delivery `key` names; every
-        attempt of it passes the same `key`. `uncertain`: an earlier attempt may have posted
-        (part of) it. Returns the last message's id. Raises `DeliveryUnknown` when this
-        attempt may have posted something (the next attempt, `uncertain`, looks for it or is
-        deduplicated by the platform), `DeliveryUndecidable` when whether an earlier attempt
-        posted cannot be found out (never attempt it again), any other `DeliveryError` when
-        nothing of this attempt was posted."""
+        attempt of it passes the same `key`. `uncertain_for`: seconds since an earlier
+        attempt that may have posted (part of) it (None: none may have). Returns the last
+        message's id. Raises `DeliveryUnknown` when this attempt may have posted something
+        (the next attempt looks for it or is deduplicated by the platform),
+        `DeliveryUndecidable` when whether an earlier attempt posted cannot be found out
+        (never attempt it again), any other `DeliveryError` when nothing of this attempt
+        was posted."""
         ...
 
 

@@ -5,22 +5,26 @@ sent again — the owner is told instead (tests/test_scheduler_delivery.py for T
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from tests.discord_harness import OWNER, Harness, dc, running  # noqa: F401  (dc is a fixture)
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
 from tests.fakes.discord_api import FakeDiscord
-from tests.scheduler_support import FakeClock, no_wait, tick
+from tests.scheduler_support import FakeClock, Parked, no_wait, tick
 
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
 ANSWER = "⏰ standup\n\nStandup: all good, nothing blocked today."
 
 
-async def standup_in_dm(h: Harness, clock: FakeClock) -> tuple[str, str]:
+async def standup_in_dm(
+    h: Harness, clock: FakeClock, *, sleep: Callable[[float], Awaitable[None]] = no_wait
+) -> tuple[str, str]:
     """The owner schedules a job in their DM; returns (dm channel, job id)."""
     h.app.scheduler.clock = clock  # type: ignore[union-attr]
-    h.app.conversations.jobs.sends.sleep = no_wait  # type: ignore[union-attr]
+    h.app.conversations.jobs.sends.sleep = sleep  # type: ignore[union-attr]
     h.llm.script(
         reply_tools(ToolUse("schedule", {"action": "create", "name": "standup", "prompt": "post the standup note",
                                          "delay_minutes": 5})),
@@ -112,3 +116,42 @@ async def test_a_resend_after_a_partly_delivered_answer_repeats_nothing_that_arr
     assert with_first != with_last  # two messages: the part that arrived, then the rest
     assert all(sum(p.split(":")[0] + ":" in t for t in shown) == 1 for p in paragraphs)
     assert job.last_delivery == "delivered"
+
+
+async def test_a_resend_lost_before_a_long_restart_is_not_posted_again_once_the_nonce_has_expired(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """The re-send posts but its answer is lost; the app is down longer than Discord
+    remembers a nonce. The next start cannot rely on the nonce, so it does not post again:
+    the owner is told."""
+    clock = FakeClock(T0)
+    parked = Parked(after=1)  # the re-send's 10 s pass; the look that follows waits forever
+
+    def parked_sends(app: Any) -> None:
+        app.scheduler.clock = clock
+        app.conversations.jobs.sends.sleep = parked
+
+    async with running(tmp_path, dc, fake_api, paced=False, prepare=parked_sends) as h:
+        dm, job_id = await standup_in_dm(h, clock, sleep=parked)
+        dc.fail_next("POST", f"/channels/{dm}/messages", count=3)
+        dc.lose_next_answer("POST", f"/channels/{dm}/messages")
+        clock.advance(minutes=5)
+        await tick(h.app.scheduler)  # type: ignore[arg-type]
+        await parked.wait()
+    assert texts(h, dm).count(ANSWER) == 1  # it did arrive
+    dc.forget_nonces()
+    clock.advance(minutes=10)
+    async with running(tmp_path, dc, fake_api, paced=False, prepare=sleeping_at(clock)) as h:
+        await h.bot_text(dm, lambda t: t.startswith("⚠️ “standup” ran, but I cannot tell"))
+        await h.app.conversations.jobs.drain()  # type: ignore[union-attr]
+        after = await h.app.storage.get_job(job_id)
+    assert texts(h, dm).count(ANSWER) == 1
+    assert after is not None and after.last_delivery == "unknown"
+
+
+def sleeping_at(clock: FakeClock) -> Callable[[Any], None]:
+    def prepare(app: Any) -> None:
+        app.scheduler.clock = clock
+        app.conversations.jobs.sends.sleep = no_wait
+
+    return prepare

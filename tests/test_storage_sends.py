@@ -29,7 +29,7 @@ async def test_an_ended_send_and_its_report_are_stored_together(storage: Storage
                       after_s=10, job_id="ab12cd34")
     await storage.add_send(answer)
     report = new_send("report:answer:run-1", "notice", OWNER, "⚠️ could not deliver", at=clock.now)
-    await storage.send_attempted(answer.key, state="failed", attempts=3, uncertain=False, next_at=clock.now,
+    await storage.send_attempted(answer.key, state="failed", attempts=3, uncertain_since=None, next_at=clock.now,
                                  reason="403", follow_up=report)
     ended = await storage.get_send(answer.key)
     assert ended is not None and (ended.state, ended.attempts, ended.reason) == ("failed", 3, "403")
@@ -48,9 +48,10 @@ async def test_a_job_whose_resend_is_pending_stays_retrying_at_start(storage: St
 async def test_only_sends_that_ended_a_week_ago_are_pruned(storage: Storage, clock: FakeClock) -> None:
     for key in ("old-sent", "old-pending", "new-sent"):
         await storage.add_send(new_send(key, "notice", OWNER, key, at=clock.now))
-    await storage.send_attempted("old-sent", state="sent", attempts=0, uncertain=False, next_at=clock.now, reason=None)
+    await storage.send_attempted("old-sent", state="sent", attempts=0, uncertain_since=None, next_at=clock.now,
+                                 reason=None)
     clock.now += timedelta(days=8)
-    await storage.send_attempted("new-sent", state="sent", attempts=0, uncertain=False, next_at=clock.now,
+    await storage.send_attempted("new-sent", state="sent", attempts=0, uncertain_since=None, next_at=clock.now,
                                  reason=None)
     assert await storage.prune_sends() == 1
     assert await storage.get_send("old-sent") is None

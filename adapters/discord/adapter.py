@@ -46,7 +46,7 @@ from adapters.discord.endpoints import DEFAULT_API_BASE, adopt_gateway, needs_ga
 from adapters.discord.reply import DiscordReply, ReplyContext
 from adapters.discord.transport import DISCORD_LIMIT, EDIT_INTERVAL_S, NO_MENTIONS
 from adapters.discord.updates import BotIdentity, command_inbound, to_inbound
-from adapters.errors import DeliveryError, MessageGone
+from adapters.errors import DeliveryError, DeliveryUndecidable, MessageGone
 from adapters.outbox import Clock, Outbox, Priority, Sleep
 from adapters.pacing import through_outbox
 from adapters.render.chunks import ChunkSpec, plan_chunks
@@ -102,6 +102,11 @@ class _Client(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
+
+
+NONCE_TRUSTED_S = 120.0
+"""How long after an attempt its nonce is trusted to find what it posted (Discord checks
+nonces "in the past few minutes"; two is a safe reading)."""
 
 
 def once_nonce(key: str, part: int) -> str:
@@ -341,13 +346,24 @@ class DiscordAdapter(StartsOnce):
         return await self._post_chunks(target, chunks, buttons, None)
 
     async def send_once(
-        self, target: ReplyTarget, text: str, key: str, *, buttons: Sequence[Button] = (), uncertain: bool = False
+        self,
+        target: ReplyTarget,
+        text: str,
+        key: str,
+        *,
+        buttons: Sequence[Button] = (),
+        uncertain_for: float | None = None,
     ) -> str:
         """`adapters.base.OnceSender`: every attempt posts each chunk under the same nonce,
         derived from `key`, with `enforce_nonce` — Discord answers a nonce it has seen in the
         channel with the message already posted, so an attempt after a lost answer is itself
-        the check (for as long as Discord remembers the nonce: minutes). `uncertain` changes
-        nothing here."""
+        the check. Discord checks nonces only "in the past few minutes": an earlier attempt
+        older than `NONCE_TRUSTED_S` may have posted a message the nonce no longer finds, so
+        that attempt is refused (`DeliveryUndecidable`) rather than risk a second copy."""
+        if uncertain_for is not None and uncertain_for > NONCE_TRUSTED_S:
+            raise DeliveryUndecidable(
+                f"an attempt {uncertain_for:.0f} s ago may have posted it; Discord no longer matches its nonce"
+            )
         self._running()
         chunks = [p.text for p in plan_chunks(text, SPEC)]
         if not chunks:

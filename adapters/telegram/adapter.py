@@ -312,7 +312,13 @@ class TelegramAdapter(StartsOnce):
         return message_id
 
     async def send_once(
-        self, target: ReplyTarget, text: str, key: str, *, buttons: Sequence[Button] = (), uncertain: bool = False
+        self,
+        target: ReplyTarget,
+        text: str,
+        key: str,
+        *,
+        buttons: Sequence[Button] = (),
+        uncertain_for: float | None = None,
     ) -> str:
         """`adapters.base.OnceSender`: like `send_text`, for a send attempted again until it
         arrives; a lost answer is looked for, never sent blindly (`adapters.telegram.once`)."""
@@ -323,7 +329,7 @@ class TelegramAdapter(StartsOnce):
         keyboard: Keyboard = [[(b.label, self._codec.encode(b.action))] for b in buttons]
         chunks = [(p.text, keyboard if n == len(parts) - 1 else None) for n, p in enumerate(parts)]
         transport = transport_for(ctx, target, quote=False)
-        return await self._once.send(ctx.outbox, transport, chunks, key, uncertain=uncertain)
+        return await self._once.send(ctx.outbox, transport, chunks, key, uncertain=uncertain_for is not None)
 
     async def close_expired_card(self, record: ApprovalRecord) -> None:
         """Edit a card left live by a previous process to its final state, without buttons."""

@@ -46,7 +46,7 @@ def new_send(
     return SendRow(
         key=key, job_id=job_id, kind=kind, platform=target.platform, chat_id=target.chat_id,
         thread_id=target.thread_id, text=text, buttons=tuple((b.label, b.action) for b in buttons),
-        nonce=secrets.token_hex(8), attempts=0, uncertain=False, state="pending",
+        nonce=secrets.token_hex(8), attempts=0, uncertain_since=None, state="pending",
         next_at=at + timedelta(seconds=after_s), reason=None, created_at=at,
     )
 
@@ -136,7 +136,9 @@ class PendingSends:
             if adapter is None:
                 raise RuntimeError(f"{send.platform} is not running")
             if isinstance(adapter, OnceSender):
-                await adapter.send_once(target, send.text, send.nonce, buttons=buttons, uncertain=send.uncertain)
+                since = send.uncertain_since
+                uncertain_for = None if since is None else max(0.0, (self.clock() - since).total_seconds())
+                await adapter.send_once(target, send.text, send.nonce, buttons=buttons, uncertain_for=uncertain_for)
             else:  # a platform that cannot lose an answer (the console)
                 await adapter.send_text(target, send.text, buttons=buttons)
         except DeliveryUndecidable as exc:
@@ -144,17 +146,20 @@ class PendingSends:
             await self._settle(send, "unknown", _reason(exc))
             return True
         except Exception as exc:  # the platform's reason, kept for the owner's report
-            uncertain = send.uncertain or isinstance(exc, DeliveryUnknown)
+            since = send.uncertain_since
+            if since is None and isinstance(exc, DeliveryUnknown):
+                since = self.clock()
             attempts = send.attempts + 1
-            log.warning("send.attempt_failed", extra={"send": send.key, "attempt": attempts, "uncertain": uncertain})
+            log.warning("send.attempt_failed", extra={"send": send.key, "attempt": attempts, "uncertain": bool(since)})
             delay = self._delay(send, attempts)
             if delay is None:
-                await self._settle(replace(send, attempts=attempts), "unknown" if uncertain else "failed", _reason(exc))
+                ended = replace(send, attempts=attempts, uncertain_since=since)
+                await self._settle(ended, "failed" if since is None else "unknown", _reason(exc))
                 return True
             if isinstance(exc, DeliveryUnknown):
                 delay = min(delay, self.retry_delays_s[0])  # look soon, while the platform can still tell
             await self.storage.send_attempted(
-                send.key, state="pending", attempts=attempts, uncertain=uncertain,
+                send.key, state="pending", attempts=attempts, uncertain_since=since,
                 next_at=self.clock() + timedelta(seconds=delay), reason=_reason(exc),
             )
             return False
@@ -174,7 +179,7 @@ class PendingSends:
         settled = Settled(send, state, reason)
         follow = None if state == "sent" else await self._follow_up(settled)
         await self.storage.send_attempted(
-            send.key, state=state, attempts=send.attempts, uncertain=send.uncertain, next_at=send.next_at,
+            send.key, state=state, attempts=send.attempts, uncertain_since=send.uncertain_since, next_at=send.next_at,
             reason=reason or None, follow_up=follow,
         )
         if follow is not None:

@@ -337,7 +337,7 @@ class PendingSendModel(Base):
     buttons: Mapped[list[Any]]
     nonce: Mapped[str] = mapped_column(String(32))
     attempts: Mapped[int] = mapped_column(Integer)
-    uncertain: Mapped[bool] = mapped_column(Boolean, server_default=false(), default=False)
+    uncertain_since: Mapped[datetime | None]
     state: Mapped[str] = mapped_column(String(16))
     next_at: Mapped[datetime]
     reason: Mapped[str | None] = mapped_column(Text)

@@ -34,8 +34,9 @@ class SendRow:
     """The same on every attempt of this send (a platform that dedupes by it posts it once)."""
     attempts: int
     """Attempts that did not deliver it."""
-    uncertain: bool
-    """An earlier attempt may have posted (part of) it: the next one must look first."""
+    uncertain_since: datetime | None
+    """When an attempt that may have posted (part of) it was made (the first such): the
+    next one must look first, and a platform's way of looking may only last so long."""
     state: SendState
     next_at: datetime
     reason: str | None
@@ -45,7 +46,7 @@ class SendRow:
 def _send(m: PendingSendModel) -> SendRow:
     return SendRow(
         m.key, m.job_id, m.kind, m.platform, m.chat_id, m.thread_id, m.text,  # type: ignore[arg-type]
-        tuple((str(label), str(action)) for label, action in m.buttons), m.nonce, m.attempts, bool(m.uncertain),
+        tuple((str(label), str(action)) for label, action in m.buttons), m.nonce, m.attempts, m.uncertain_since,
         m.state, m.next_at, m.reason, m.created_at,  # type: ignore[arg-type]
     )
 
@@ -81,7 +82,8 @@ class SendRepository(RepositoryBase):
             return [_send(m) for m in rows]
 
     async def send_attempted(
-        self, key: str, *, state: SendState, attempts: int, uncertain: bool, next_at: datetime, reason: str | None,
+        self, key: str, *, state: SendState, attempts: int, uncertain_since: datetime | None, next_at: datetime,
+        reason: str | None,
         follow_up: SendRow | None = None,
     ) -> None:
         """Record an attempt's outcome; `follow_up` (e.g. the owner's report of a send that
@@ -90,7 +92,7 @@ class SendRepository(RepositoryBase):
             await s.execute(
                 update(PendingSendModel)
                 .where(PendingSendModel.key == key)
-                .values(state=state, attempts=attempts, uncertain=uncertain, next_at=next_at, reason=reason,
+                .values(state=state, attempts=attempts, uncertain_since=uncertain_since, next_at=next_at, reason=reason,
                         updated_at=self._now())
             )
             if follow_up is not None:
@@ -102,7 +104,7 @@ class SendRepository(RepositoryBase):
             .values(
                 key=send.key, job_id=send.job_id, kind=send.kind, platform=send.platform, chat_id=send.chat_id,
                 thread_id=send.thread_id, text=send.text, buttons=[list(b) for b in send.buttons],
-                nonce=send.nonce, attempts=send.attempts, uncertain=send.uncertain, state=send.state,
+                nonce=send.nonce, attempts=send.attempts, uncertain_since=send.uncertain_since, state=send.state,
                 next_at=send.next_at, reason=send.reason, created_at=send.created_at, updated_at=self._now(),
             )
             .on_conflict_do_nothing(index_elements=["key"])

@@ -16,7 +16,8 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
 - `fail_next(...)` refuses the next matching calls (403 Missing Permissions by default);
 - `lose_next_answer(...)` carries out the next matching call and cuts the connection;
 - a send with `enforce_nonce` and a nonce already used in the channel returns the first
-  message instead of posting again (Discord's idempotent send).
+  message instead of posting again (Discord's idempotent send); `forget_nonces()` ends that,
+  as the few minutes Discord remembers a nonce do.
 Every REST call is recorded (`calls`). The server runs aiohttp in its own thread and loop.
 The REST routes live in tests/fakes/discord_rest.py (a mixin); the gateway and the world here.
 """
@@ -288,6 +289,13 @@ class FakeDiscord(DiscordRest):
         longer write to."""
         with self.state.cond:
             self._failures.append(_Failure(method, path_prefix, status, code, message, count, after))
+
+    def forget_nonces(self) -> None:
+        """Discord checks a nonce's uniqueness only "in the past few minutes": after this, a
+        send with a nonce used before posts a new message, as it would once that has passed."""
+        with self.state.cond:
+            for message in self.state.messages.values():
+                message.nonce = None
 
     def lose_next_answer(self, method: str, path_prefix: str) -> None:
         """Carry out the next matching call, then cut the connection instead of answering

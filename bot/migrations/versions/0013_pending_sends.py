@@ -34,7 +34,7 @@ def upgrade() -> None:
         sa.Column("buttons", sa.JSON(), nullable=False),
         sa.Column("nonce", sa.String(32), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("uncertain", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("uncertain_since", _TS, nullable=True),
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("next_at", _TS, nullable=False),
         sa.Column("reason", sa.Text(), nullable=True),
