@@ -5,8 +5,8 @@ Each is a row (bot.storage.sends) written before its first attempt and kept `pen
 the platform confirms it, so a restart resumes it (`resume`) instead of losing it. Every
 attempt of one send carries the same key and nonce (`adapters.base.OnceSender`), so an
 attempt whose answer was lost is never simply repeated: the next attempt looks for it
-first (Telegram's probe; Discord dedupes the nonce), soon — and if whether it arrived cannot
-be found out, the send ends `unknown` and is never attempted again (a possibly missing
+first (Telegram's probe, in the process that made the attempt; Discord dedupes the nonce,
+for a few minutes), soon — and if whether it arrived cannot be found out, the send ends `unknown` and is never attempted again (a possibly missing
 message beats a duplicate). An answer that ends `failed` or `unknown` is reported to the
 owner, once (the report is stored in the same transaction that settles the answer).
 
