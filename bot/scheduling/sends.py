@@ -5,10 +5,11 @@ Each is a row (bot.storage.sends) written before its first attempt and kept `pen
 the platform confirms it, so a restart resumes it (`resume`) instead of losing it. Every
 attempt of one send carries the same key and nonce (`adapters.base.OnceSender`), so an
 attempt whose answer was lost is never simply repeated: the next attempt looks for it
-first (Telegram's probe, in the process that made the attempt; Discord dedupes the nonce,
-for a few minutes), soon — and if whether it arrived cannot be found out, the send ends `unknown` and is never attempted again (a possibly missing
-message beats a duplicate). An answer that ends `failed` or `unknown` is reported to the
-owner, once (the report is stored in the same transaction that settles the answer).
+first, soon (Telegram's probe, in the process that made the attempt; Discord dedupes the
+nonce, for a few minutes) — and if whether it arrived cannot be found out, the send ends
+`unknown` and is never attempted again (a possibly missing message beats a duplicate). An
+answer that ends `failed` or `unknown` is reported to the owner, once (the report is stored
+in the same transaction that settles the answer).
 
 Timing: attempts wait on an injected clock and sleep (`next_at` is stored, so a restart
 waits only what is left). Answers: attempts after 10 s, 60 s, 5 min. Notices: at once, then
