@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from agent_core.approvals import Decision, ResolveResult
 from agent_core.events import Event
@@ -57,6 +57,31 @@ class ReplySink(Protocol):
     async def handle(self, event: Event) -> None: ...
 
     async def aclose(self, *, cancelled: bool = False) -> None: ...
+
+
+@runtime_checkable
+class OnceSender(Protocol):
+    """Optional for an adapter: a standalone message sent by attempts that may be repeated
+    (a re-send with backoff, across restarts) and still shows once in the chat."""
+
+    async def send_once(
+        self,
+        target: ReplyTarget,
+        text: str,
+        key: str,
+        *,
+        buttons: Sequence[Button] = (),
+        uncertain_for: float | None = None,
+    ) -> str:
+        """Send `text` (split like `send_text`) as the one delivery `key` names; every
+        attempt of it passes the same `key`. `uncertain_for`: seconds since an earlier
+        attempt that may have posted (part of) it (None: none may have). Returns the last
+        message's id. Raises `DeliveryUnknown` when this attempt may have posted something
+        (the next attempt looks for it or is deduplicated by the platform),
+        `DeliveryUndecidable` when whether an earlier attempt posted cannot be found out
+        (never attempt it again), any other `DeliveryError` when nothing of this attempt
+        was posted."""
+        ...
 
 
 class InboundHandler(Protocol):

@@ -6,7 +6,9 @@
      ├── MessageTooLong           the text exceeds the platform limit
      ├── MessageGone              the edit/delete target no longer exists (deleted by a user)
      └── DeliveryUnknown          the request was written but its answer was lost (read
-                                  timeout, connection reset): it MAY have taken effect
+          │                       timeout, connection reset): it MAY have taken effect
+          └── DeliveryUndecidable  an earlier attempt may have taken effect and there is no
+                                  way to find out: never attempt it again
 
 Every `DeliveryError` except `DeliveryUnknown` means "did not take effect": retrying is
 safe. `DeliveryUnknown` on an edit or delete is harmless to retry (both are idempotent);
@@ -47,3 +49,8 @@ class MessageGone(DeliveryError):
 class DeliveryUnknown(DeliveryError):
     """The request reached the platform (or may have) but its answer was lost; for a send,
     the message may or may not exist, and its id is unknown."""
+
+
+class DeliveryUndecidable(DeliveryUnknown):
+    """Whether an earlier attempt of a send posted it cannot be found out (e.g. the process
+    that could look for it is gone): sending it again could show it twice, so it is not."""

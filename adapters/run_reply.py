@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from adapters.base import Delivery, InboundHandler
 from adapters.cards import Cards
 from adapters.outbox import Clock, Outbox, Sleep
-from adapters.stream import StreamRenderer
+from adapters.stream import RenderResult, StreamRenderer
 from adapters.transport import ChatTransport
 from agent_core.events import ApprovalRequested, ApprovalResolved, Event, RunStarted
 from agent_core.inbound import ReplyTarget
@@ -123,6 +123,10 @@ class RunReply:
             await self._cards.settle(self._approvals)
         finally:
             await self._log.aclose()
+
+    def result(self) -> RenderResult:
+        """What each message of the answer shows (complete once `aclose` returned)."""
+        return self._renderer.result()
 
     def _delivered(self, part_index: int, message_id: str, text: str, final: bool) -> None:
         if self._run_id is None:

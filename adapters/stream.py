@@ -57,6 +57,11 @@ class DeliveredPart:
     text: str
     """The text last delivered to this message ("" if none)."""
     state: PartState
+    final_text: str = ""
+    """What this message was to show in the end."""
+    lost: bool = False
+    """Its send lost its answer and whether it was posted could not be found out: it may
+    show in the chat (under an unknown id); sending it again could show it twice."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +191,10 @@ class StreamRenderer:
     def result(self) -> RenderResult:
         return RenderResult(
             tuple(
-                DeliveredPart(p.index, p.message_id, p.delivered.text if p.delivered else "", p.state)
+                DeliveredPart(
+                    p.index, p.message_id, p.delivered.text if p.delivered else "", p.state,
+                    p.final.text if p.final else "", p.lost is not None and p.message_id is None,
+                )
                 for p in self._parts
             )
         )

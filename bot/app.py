@@ -167,6 +167,7 @@ async def build(
             for run in await storage.mark_interrupted_runs():
                 log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
             await storage.prune_seen_updates()
+            await storage.prune_sends()
             for worker in await storage.interrupt_workers():  # reported, never silently lost
                 log.info("worker.interrupted_by_restart", extra={"worker": worker.id, "run": worker.parent_run_id})
 
@@ -318,7 +319,7 @@ async def build(
         conversations.breakers = breakers
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
-        conversations.jobs = JobRuns(storage, scheduler)
+        conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         conversations.log_cutoffs = log_cutoffs
         questions.resume = conversations.resume_question

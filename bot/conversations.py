@@ -305,6 +305,7 @@ class Conversations:
         finally:
             self._replayed.set()
             if self.jobs is not None:  # due jobs fire once the backlog is handed on
+                await self.jobs.resume()  # sends the last process left pending
                 self.jobs.scheduler.adapters_ready()
         if backlog:
             log.info("inbox.replayed", extra={"messages": len(backlog)})

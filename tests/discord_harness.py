@@ -108,10 +108,12 @@ async def running(
     paced: bool = True,
     adapter_kwargs: dict[str, Any] | None = None,
     extra_adapters: list[Any] | None = None,
+    prepare: Callable[[Any], None] | None = None,
     **overrides: Any,
 ) -> AsyncIterator[Harness]:
     """Start like `roost run` (build, start, recover, replay); close in the CLI's order.
-    `paced=False` shortens the per-channel interval to 50 ms for tests not about pacing."""
+    `paced=False` shortens the per-channel interval to 50 ms for tests not about pacing;
+    `prepare(app)` runs before anything is recovered (e.g. to inject clocks)."""
     settings = discord_settings(tmp_path, dc, llm, **overrides)
     kwargs: dict[str, Any] = {"guild_ready_timeout_s": 0.2}  # the fake sends every guild at once
     if not paced:
@@ -119,6 +121,8 @@ async def running(
     adapter = discord_adapter(settings, **kwargs, **(adapter_kwargs or {}))
     others = list(extra_adapters or [])
     async with build(settings, [adapter, *others]) as app:
+        if prepare is not None:
+            prepare(app)
         await app.conversations.load_inbox()
         await adapter.start(app.conversations)
         for other in others:

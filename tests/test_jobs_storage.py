@@ -58,7 +58,9 @@ async def test_a_missed_one_off_waits_and_run_now_finishes_it(storage: Storage) 
     assert done is not None and done.state == "done" and done.missed_at is None
 
 
-async def test_a_run_left_running_is_interrupted_and_a_pending_resend_failed_at_start(storage: Storage) -> None:
+async def test_a_run_left_running_is_interrupted_and_a_retrying_job_without_a_pending_send_failed_at_start(
+    storage: Storage,
+) -> None:
     await storage.create_job(job())
     await storage.job_started("ab12cd34", "run-1")
     await storage.job_status("ab12cd34", delivery="retrying")

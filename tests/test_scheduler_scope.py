@@ -71,7 +71,7 @@ async def test_failed_delivery_is_retried_with_backoff_then_reported_to_the_owne
         async def no_wait(seconds: float) -> None:
             waited.append(seconds)
 
-        jobs.sleep = no_wait
+        jobs.sends.sleep = no_wait
         tg.fail_next("sendMessage", status=403, description="Forbidden: bot was kicked from the group chat",
                      count=1000, chat_id=GROUP)
         fake_api.script(reply_text("Standup: all good, nothing blocked today."))

@@ -22,6 +22,7 @@ on 429; discord.py's own rate-limit handling sits below it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Coroutine, Mapping, Sequence
@@ -45,7 +46,7 @@ from adapters.discord.endpoints import DEFAULT_API_BASE, adopt_gateway, needs_ga
 from adapters.discord.reply import DiscordReply, ReplyContext
 from adapters.discord.transport import DISCORD_LIMIT, EDIT_INTERVAL_S, NO_MENTIONS
 from adapters.discord.updates import BotIdentity, command_inbound, to_inbound
-from adapters.errors import DeliveryError, MessageGone
+from adapters.errors import DeliveryError, DeliveryUndecidable, MessageGone
 from adapters.outbox import Clock, Outbox, Priority, Sleep
 from adapters.pacing import through_outbox
 from adapters.render.chunks import ChunkSpec, plan_chunks
@@ -101,6 +102,16 @@ class _Client(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
+
+
+NONCE_TRUSTED_S = 120.0
+"""How long after an attempt its nonce is trusted to find what it posted (Discord checks
+nonces "in the past few minutes"; two is a safe reading)."""
+
+
+def once_nonce(key: str, part: int) -> str:
+    """The nonce of chunk `part` of the keyed send `key` (Discord takes at most 25 characters)."""
+    return hashlib.sha256(f"{key}:{part}".encode()).hexdigest()[:25]
 
 
 class DiscordAdapter(StartsOnce):
@@ -332,6 +343,37 @@ class DiscordAdapter(StartsOnce):
             for chunk in chunks:
                 message_id = await _followup(interaction, chunk) or message_id
             return message_id
+        return await self._post_chunks(target, chunks, buttons, None)
+
+    async def send_once(
+        self,
+        target: ReplyTarget,
+        text: str,
+        key: str,
+        *,
+        buttons: Sequence[Button] = (),
+        uncertain_for: float | None = None,
+    ) -> str:
+        """`adapters.base.OnceSender`: every attempt posts each chunk under the same nonce,
+        derived from `key`, with `enforce_nonce` — Discord answers a nonce it has seen in the
+        channel with the message already posted, so an attempt after a lost answer is itself
+        the check. Discord checks nonces only "in the past few minutes": an earlier attempt
+        older than `NONCE_TRUSTED_S` may have posted a message the nonce no longer finds, so
+        that attempt is refused (`DeliveryUndecidable`) rather than risk a second copy."""
+        if uncertain_for is not None and uncertain_for > NONCE_TRUSTED_S:
+            raise DeliveryUndecidable(
+                f"an attempt {uncertain_for:.0f} s ago may have posted it; Discord no longer matches its nonce"
+            )
+        self._running()
+        chunks = [p.text for p in plan_chunks(text, SPEC)]
+        if not chunks:
+            raise DeliveryError("refusing to send an empty message")
+        return await self._post_chunks(target, chunks, buttons, key)
+
+    async def _post_chunks(
+        self, target: ReplyTarget, chunks: Sequence[str], buttons: Sequence[Button], key: str | None
+    ) -> str:
+        ctx = self._running()
         target = await self._resolved(target)
         transport = ctx.transport_for(target, quote=False)
         view = None
@@ -345,9 +387,11 @@ class DiscordAdapter(StartsOnce):
         message_id = ""
         for n, chunk in enumerate(chunks):
             last = n == len(chunks) - 1
+            nonce = None if key is None else once_nonce(key, n)
 
-            async def send(text: str = chunk, v: discord.ui.View | None = view if last else None) -> str:
-                return await transport.send(text, [], view=v)
+            async def send(text: str = chunk, v: discord.ui.View | None = view if last else None,
+                           nonce: str | None = nonce) -> str:
+                return await transport.send(text, [], view=v, nonce=nonce)
 
             message_id = await through_outbox(ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s)
         return message_id

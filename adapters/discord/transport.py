@@ -90,8 +90,11 @@ class DiscordTransport:
         reply_to, self._reply_to = self._reply_to, None  # only the first message answers
         return discord.MessageReference(message_id=reply_to, channel_id=self.channel.id, fail_if_not_exists=False)
 
-    async def send(self, text: str, entities: list[Entity], *, view: discord.ui.View | None = None) -> str:
-        nonce = secrets.token_hex(8)
+    async def send(
+        self, text: str, entities: list[Entity], *, view: discord.ui.View | None = None, nonce: str | None = None
+    ) -> str:
+        """`nonce`: the caller's, when attempts of one delivery must share it (else a fresh one)."""
+        nonce = nonce or secrets.token_hex(8)
         reference = self._reference()
         try:
             message = await self._post(text, nonce, reference, view)

@@ -42,6 +42,7 @@ from adapters.telegram.approval_cards import ApprovalCards, parse_card_ref, reco
 from adapters.telegram.callback_data import CallbackCodec
 from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
+from adapters.telegram.once import OnceSends
 from adapters.telegram.reply import ReplyContext, TelegramReply, transport_for
 from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, call
 from adapters.telegram.updates import BotIdentity, describe, to_inbound
@@ -155,6 +156,7 @@ class TelegramAdapter(StartsOnce):
         self._handler: InboundHandler | None = None
         self._me: BotIdentity | None = None
         self._admins: dict[tuple[str, str], tuple[float, bool]] = {}  # -> (checked at, admin)
+        self._once = OnceSends()
 
     @property
     def bot_username(self) -> str | None:
@@ -308,6 +310,26 @@ class TelegramAdapter(StartsOnce):
                 ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s, pace=transport.pace,
             )
         return message_id
+
+    async def send_once(
+        self,
+        target: ReplyTarget,
+        text: str,
+        key: str,
+        *,
+        buttons: Sequence[Button] = (),
+        uncertain_for: float | None = None,
+    ) -> str:
+        """`adapters.base.OnceSender`: like `send_text`, for a send attempted again until it
+        arrives; a lost answer is looked for, never sent blindly (`adapters.telegram.once`)."""
+        ctx = self._running()
+        parts = split_entities(text, (), TELEGRAM_LIMIT_UNITS, "utf16")
+        if not parts:
+            raise DeliveryError("refusing to send an empty message")
+        keyboard: Keyboard = [[(b.label, self._codec.encode(b.action))] for b in buttons]
+        chunks = [(p.text, keyboard if n == len(parts) - 1 else None) for n, p in enumerate(parts)]
+        transport = transport_for(ctx, target, quote=False)
+        return await self._once.send(ctx.outbox, transport, chunks, key, uncertain=uncertain_for is not None)
 
     async def close_expired_card(self, record: ApprovalRecord) -> None:
         """Edit a card left live by a previous process to its final state, without buttons."""

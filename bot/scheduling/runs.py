@@ -2,36 +2,40 @@
 that says only `HEARTBEAT_OK` is never shown, and afterwards the run's execution status and
 delivery status are recorded apart.
 
-Delivery is judged from the run's delivery records (written only once the chat shows a
-message), never from the run's success: an answer whose messages did not all reach their final
-text is re-sent with backoff, and if it still fails the owner is told. Nothing is marked
-"delivered" that the platform did not confirm.
+Delivery is judged from what the reply's messages show (the renderer's result; the delivery
+records, written only once the chat shows a message, for a sink that cannot say), never from
+the run's success. What did not reach the chat is re-sent with backoff — only that: parts that
+arrived are not repeated — as a send that survives a restart (bot.scheduling.sends); if it
+still fails the owner is told, once. A part whose send lost its answer and could not be found
+may show in the chat: that part is never re-sent, and the owner is told that it may be missing.
+Nothing is marked "delivered" that the platform did not confirm.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from adapters.base import Adapter, ReplySink
+from adapters.stream import DeliveredPart
 from agent_core.events import ApprovalRequested, Event, RunFailed, RunFinished, RunStarted, TextDelta
 from agent_core.inbound import ReplyTarget
 from bot import heartbeat
 from bot.scheduling.refs import JobRef
+from bot.scheduling.sends import RETRY_DELAYS_S, PendingSends, Settled, new_send
 from bot.session_keys import isolated_key
 from bot.storage import Storage
+from bot.storage.jobs import JobRow
+from bot.storage.sends import SendRow
 
 if TYPE_CHECKING:
     from bot.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
-RETRY_DELAYS_S: tuple[float, ...] = (10.0, 60.0, 300.0)
-"""Waits before each re-send of an answer that did not arrive."""
 
 
 class JobSink:
@@ -84,6 +88,12 @@ class JobSink:
         if self._inner is not None:
             await self._inner.aclose(cancelled=cancelled)
 
+    def parts(self) -> tuple[DeliveredPart, ...] | None:
+        """After `aclose`: what each message of the answer shows; None if the platform's
+        sink cannot say (or nothing was opened)."""
+        result = getattr(self._inner, "result", None)
+        return None if result is None else result().parts
+
 
 class JobRuns:
     """The hooks `Conversations` calls for a job's run; owns the delivery retries."""
@@ -93,15 +103,17 @@ class JobRuns:
         storage: Storage,
         scheduler: Scheduler,
         *,
+        adapters: Callable[[], Mapping[str, Adapter]] = dict,
         retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.storage = storage
         self.scheduler = scheduler
-        self.retry_delays_s = tuple(retry_delays_s)
-        self.sleep = sleep
-        self._retries: set[asyncio.Task[None]] = set()
         self._names: dict[str, str] = {}
+        self.sends = PendingSends(
+            storage, adapters, clock=lambda: scheduler.clock(), follow_up=self._report, on_settled=self._settled,
+            retry_delays_s=retry_delays_s, sleep=sleep,
+        )
 
     async def sink(self, ref: JobRef, open_sink: Callable[[], ReplySink]) -> JobSink:
         header = ""
@@ -140,47 +152,120 @@ class JobRuns:
             execution = "ok"
         else:
             execution = "failed"
-        delivered = await self.storage.run_delivery(run_id)
         answer = outcome.text if isinstance(outcome, RunFinished) else ""
-        if delivered == "delivered" or (delivered == "none" and not answer):
-            shown = "delivered" if delivered == "delivered" else "nothing"  # a run that said nothing
-            await self.storage.job_status(ref.job_id, execution=execution, delivery=shown)
+        name = self._names.get(ref.job_id, ref.job_id)
+        verdict, rest = await self._undelivered(sink, run_id, answer)
+        if verdict in ("delivered", "nothing"):
+            await self.storage.job_status(ref.job_id, execution=execution, delivery=verdict)
             return
-        await self.storage.job_status(ref.job_id, execution=execution, delivery="retrying")
-        text = f"⏰ {self._names.get(ref.job_id, ref.job_id)}\n\n{answer or '(the run ended without an answer)'}"
-        task = asyncio.create_task(self._redeliver(ref, adapter, target, text), name=f"job-redeliver:{ref.job_id}")
-        self._retries.add(task)
-        task.add_done_callback(self._retries.discard)
+        key = f"answer:{run_id}"
+        if verdict == "unknown":  # a part may show: sending it again could show it twice
+            await self.storage.job_status(ref.job_id, execution=execution, delivery="unknown")
+            job = await self.storage.get_job(ref.job_id)
+            report = None if job is None else self._unknown_report(job, key)
+            if report is not None:
+                await self.sends.add(report)
+            if not rest:
+                return
+            key = f"{PARTLY_UNKNOWN}{run_id}"  # the parts known to be missing still go
+        else:
+            await self.storage.job_status(ref.job_id, execution=execution, delivery="retrying")
+        if rest is None:
+            text = f"⏰ {name}\n\n{answer or '(the run ended without an answer)'}"
+        else:  # what arrived (or may have) is not repeated
+            text = f"⏰ {name} (continued)\n\n" + "\n\n".join(rest)
+        where = ReplyTarget(target.platform, target.chat_id, target.thread_id)
+        await self.sends.add(
+            new_send(key, "answer", where, text, at=self.scheduler.clock(), after_s=self.sends.retry_delays_s[0],
+                     job_id=ref.job_id)
+        )
 
-    async def _redeliver(self, ref: JobRef, adapter: Adapter, target: ReplyTarget, text: str) -> None:
-        reason = "the chat did not accept the message"
-        for attempt, delay in enumerate(self.retry_delays_s, start=1):
-            await self.sleep(delay)
-            try:
-                await adapter.send_text(ReplyTarget(target.platform, target.chat_id, target.thread_id), text)
-            except Exception as exc:  # the platform's reason, for the owner's report
-                reason = f"{type(exc).__name__}: {exc}"
-                log.warning("job.redeliver_failed", extra={"job": ref.job_id, "attempt": attempt})
-                continue
-            await self.storage.job_status(ref.job_id, delivery="delivered")
-            return
-        await self.storage.job_status(ref.job_id, delivery="failed")
-        job = await self.storage.get_job(ref.job_id)
-        if job is not None:
-            await self.scheduler.tell_owner(
-                job,
-                f"⚠️ “{job.name}” ran but its answer could not be delivered to this job's chat "
-                f"({job.platform} {job.chat_id}) after {len(self.retry_delays_s) + 1} attempts: {reason}",
-            )
+    async def _undelivered(self, sink: JobSink, run_id: str, answer: str) -> tuple[Verdict, list[str] | None]:
+        parts = sink.parts()
+        if parts is not None:
+            return judge(parts)
+        delivered = await self.storage.run_delivery(run_id)  # a sink that cannot say: the records
+        if delivered == "delivered" or (delivered == "none" and not answer):
+            return ("delivered" if delivered == "delivered" else "nothing"), None
+        return "resend", None
+
+    async def _report(self, settled: Settled) -> SendRow | None:
+        """The owner's report of an answer that ended undelivered (stored with its end)."""
+        send = settled.send
+        if send.kind != "answer" or send.job_id is None:
+            log.error("send.notice_undelivered", extra={"send": send.key, "state": settled.state})
+            return None
+        job = await self.storage.get_job(send.job_id)
+        if job is None:
+            return None
+        if settled.state == "unknown":
+            return self._unknown_report(job, send.key, settled.reason)
+        return self.scheduler.owner_notice(
+            job,
+            f"⚠️ “{job.name}” ran but its answer could not be delivered to this job's chat "
+            f"({job.platform} {job.chat_id}) after {len(self.sends.retry_delays_s) + 1} attempts: {settled.reason}",
+            key=f"report:{send.key}",
+        )
+
+    def _unknown_report(self, job: JobRow, key: str, reason: str = "") -> SendRow | None:
+        detail = f" ({reason})" if reason else ""
+        return self.scheduler.owner_notice(
+            job,
+            f"⚠️ “{job.name}” ran, but I cannot tell whether its answer reached this job's chat "
+            f"({job.platform} {job.chat_id}): the connection was lost while it was being sent{detail}. "
+            "I did not send it again, so it shows there at most once.",
+            key=f"report:{key}",
+        )
+
+    async def _settled(self, settled: Settled) -> None:
+        send = settled.send
+        if send.kind == "answer" and send.job_id is not None:
+            state = "delivered" if settled.state == "sent" else settled.state
+            if send.key.startswith(PARTLY_UNKNOWN) and state == "delivered":
+                state = "unknown"  # the rest arrived; whether the lost part did is still unknown
+            await self.storage.job_status(send.job_id, delivery=state)
+
+    async def resume(self) -> int:
+        """At start-up, once adapters are connected: sends the last process left pending
+        (they stay stored if this fails: the next start tries again)."""
+        try:
+            return await self.sends.resume()
+        except Exception:  # start-up goes on: due jobs must still fire
+            log.exception("sends.resume_failed")
+            return 0
 
     async def drain(self) -> None:
-        """Wait for pending re-sends (tests)."""
-        while self._retries:
-            await asyncio.gather(*list(self._retries), return_exceptions=True)
+        """Wait for pending sends (tests)."""
+        await self.sends.drain()
 
     async def aclose(self) -> None:
-        for task in list(self._retries):
-            task.cancel()
-        for task in list(self._retries):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self.sends.aclose()
+
+
+Verdict = Literal["delivered", "nothing", "unknown", "resend"]
+
+
+PARTLY_UNKNOWN = "rest:"
+"""Key prefix of a re-send of the parts known missing from an answer with a lost part."""
+
+
+def judge(parts: Sequence[DeliveredPart]) -> tuple[Verdict, list[str] | None]:
+    """How a live reply ended, and what of it is still to send (None: all of it). A part
+    that may show under an unknown id makes it `unknown`: that part is never sent again
+    (the rest, the parts known to be missing, is returned to send)."""
+    missing = [text for p in parts if p.state in ("failed", "live") and not p.lost and (text := _unshown(p))]
+    if any(p.lost for p in parts):
+        return "unknown", missing
+    shown = any(p.message_id is not None for p in parts)
+    if not missing:
+        return ("delivered" if shown else "nothing"), None
+    return "resend", missing if shown else None
+
+
+def _unshown(part: DeliveredPart) -> str:
+    """What of a message's final text its chat does not show: a message left part-way
+    (its edits failed) shows a prefix of it already."""
+    if part.message_id is not None and part.text and part.final_text.startswith(part.text):
+        rest = part.final_text[len(part.text):].strip()
+        return "…" + rest if rest else ""
+    return part.final_text

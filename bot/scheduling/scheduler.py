@@ -29,10 +29,12 @@ from bot import heartbeat
 from bot.heartbeat import ActiveHours, HeartbeatSettings
 from bot.scheduling.refs import HEARTBEAT, JobRef
 from bot.scheduling.schedules import Schedule, zone
+from bot.scheduling.sends import new_send
 from bot.session_keys import isolated_key
 from bot.storage import Storage
 from bot.storage.inbox import InboxMessage
 from bot.storage.jobs import JobRow
+from bot.storage.sends import SendRow
 
 if TYPE_CHECKING:
     from bot.conversations import Conversations
@@ -157,15 +159,24 @@ class Scheduler:
         following = schedule.next_after(now, anchor=job.created_at)
         if now - due <= timedelta(seconds=job.grace_s):
             return int(await self._fire(job, due, advance_to=following, advance=True))
-        if not await self.storage.skip_job(job.id, due, following):
-            return 0  # cancelled, paused or changed since it was listed
-        log.info("job.missed", extra={"job": job.id, "due": due.isoformat()})
-        await self.tell_owner(
+        # The notice is stored (pending until delivered) in the transaction that gives the
+        # due time up, and only if the job is still active and due then: a crash between the
+        # two cannot lose it, and a Cancel or Pause since the listing sends none.
+        notice = self.owner_notice(
             job,
             f"⏰ Missed “{job.name}” at {self._local(due, job)} (I was not running; later than its "
             f"grace of {_grace_text(job.grace_s)}). Run now?",
             [Button("▶ Run now", f"job:run:{job.id}")],
+            key=f"missed:{job.id}:{int(due.timestamp())}",
         )
+        if notice is None:
+            log.warning("job.owner_unreachable", extra={"job": job.id})
+        if not await self.storage.skip_job(job.id, due, following, notice=notice):
+            return 0  # cancelled, paused or changed since it was listed
+        log.info("job.missed", extra={"job": job.id, "due": due.isoformat()})
+        jobs = self._conversations.jobs if self._conversations is not None else None
+        if notice is not None and jobs is not None:
+            jobs.sends.started(notice.key)
         return 0
 
     async def _fire(self, job: JobRow, due: datetime, *, advance_to: datetime | None, advance: bool) -> bool:
@@ -262,15 +273,26 @@ class Scheduler:
                 return ReplyTarget(p, user)
         return None
 
-    async def tell_owner(self, job: JobRow, text: str, buttons: Sequence[Button] = ()) -> None:
+    def owner_notice(
+        self, job: JobRow, text: str, buttons: Sequence[Button] = (), *, key: str | None = None
+    ) -> SendRow | None:
+        """A notice to the owner about `job`, as a send kept pending until delivered
+        (bot.scheduling.sends); `key` makes recording it twice store it once."""
         target = self._owner_target(job.platform)
-        if target is None or self._conversations is None:
+        if target is None:
+            return None
+        return new_send(key or f"notice:{job.id}:{secrets.token_hex(6)}", "notice", target, text,
+                        at=self.clock(), buttons=buttons, job_id=job.id)
+
+    async def tell_owner(
+        self, job: JobRow, text: str, buttons: Sequence[Button] = (), *, key: str | None = None
+    ) -> None:
+        notice = self.owner_notice(job, text, buttons, key=key)
+        jobs = self._conversations.jobs if self._conversations is not None else None
+        if notice is None or jobs is None:
             log.warning("job.owner_unreachable", extra={"job": job.id})
             return
-        try:
-            await self._conversations.adapters[target.platform].send_text(target, text, buttons=buttons)
-        except Exception:
-            log.exception("job.owner_notice_failed", extra={"job": job.id})
+        await jobs.sends.add(notice)
 
 
 def _grace_text(seconds: int) -> str:

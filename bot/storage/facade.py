@@ -25,6 +25,7 @@ from bot.storage.metrics import MetricsRepository
 from bot.storage.migrate import upgrade
 from bot.storage.plans import PlanRepository
 from bot.storage.runs import RunRepository
+from bot.storage.sends import SendRepository
 from bot.storage.records import SessionScope
 from bot.storage.sessions import SessionRepository, insert_session_if_absent, select_model_override
 from bot.storage.usage import UsageRepository
@@ -47,6 +48,7 @@ class Storage(
     PlanRepository,
     MetricsRepository,
     CompactionRepository,
+    SendRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import exists, func, select, update
 
 from bot.storage.base import RepositoryBase, rowcount
 from bot.storage.inbox import InboxMessage, InboxRow, _row
-from bot.storage.models import DeliveryModel, InboxModel, JobModel, SeenUpdateModel
+from bot.storage.models import DeliveryModel, InboxModel, JobModel, PendingSendModel, SeenUpdateModel
+from bot.storage.sends import SendRepository, SendRow
 
 JobState = Literal["active", "paused", "done", "missed", "cancelled"]
 
@@ -188,9 +189,12 @@ class JobRepository(RepositoryBase):
             await s.flush()
             return row.id
 
-    async def skip_job(self, job_id: str, missed_at: datetime, next_run_at: datetime | None) -> bool:
-        """A due time missed beyond its grace: not run; the owner is asked. A one-off waits
-        in `missed` for the owner's "run now" (never dropped silently). Like `fire_job`, only
+    async def skip_job(
+        self, job_id: str, missed_at: datetime, next_run_at: datetime | None, *, notice: SendRow | None = None
+    ) -> bool:
+        """A due time missed beyond its grace: not run; the owner is asked (`notice`, stored
+        in the same transaction, so it is never lost between the two). A one-off waits in
+        `missed` for the owner's "run now" (never dropped silently). Like `fire_job`, only
         while the job is still active and due at `missed_at`; False when it no longer is."""
         values: dict[str, object] = {
             "missed_at": missed_at, "last_exec": "missed", "next_run_at": next_run_at, "updated_at": self._now(),
@@ -204,7 +208,11 @@ class JobRepository(RepositoryBase):
                 .values(**values)
                 .execution_options(synchronize_session=False)
             )
-            return rowcount(result) == 1
+            if rowcount(result) != 1:
+                return False
+            if notice is not None:
+                await s.execute(SendRepository._insert_send(self, notice))  # type: ignore[arg-type]
+            return True
 
     async def set_job_state(self, job_id: str, state: JobState, *, next_run_at: datetime | None = None) -> None:
         values: dict[str, object] = {"state": state, "updated_at": self._now()}
@@ -225,7 +233,8 @@ class JobRepository(RepositoryBase):
 
     async def settle_jobs(self) -> int:
         """At start-up: a run the last process left `running` was cut off (its reply is
-        marked in place by the delivery recovery); re-sends it left pending never got through."""
+        marked in place by the delivery recovery). Re-sends it left pending resume
+        (bot.scheduling.sends); a `retrying` job without one never gets through."""
         async with self._tx() as s:
             result = await s.execute(
                 update(JobModel)
@@ -235,7 +244,10 @@ class JobRepository(RepositoryBase):
             )
             await s.execute(
                 update(JobModel)
-                .where(JobModel.last_delivery == "retrying")
+                .where(
+                    JobModel.last_delivery == "retrying",
+                    ~exists().where(PendingSendModel.job_id == JobModel.id, PendingSendModel.state == "pending"),
+                )
                 .values(last_delivery="failed", updated_at=self._now())
                 .execution_options(synchronize_session=False)
             )

@@ -331,6 +331,31 @@ class JobModel(Base):
     """Runs in a session of its own (bot.session_keys.isolated_key), not the chat's (0011)."""
 
 
+class PendingSendModel(Base):
+    """A scheduled job's send that must survive a restart (bot.scheduling.sends): pending
+    until the chat confirms it, with the one nonce every attempt of it carries (0014)."""
+
+    __tablename__ = "pending_sends"
+    __table_args__ = (Index(None, "state"), Index(None, "job_id"))
+
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    job_id: Mapped[str | None] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(16))
+    platform: Mapped[str] = mapped_column(String(32))
+    chat_id: Mapped[str] = mapped_column(String(64))
+    thread_id: Mapped[str | None] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    buttons: Mapped[list[Any]]
+    nonce: Mapped[str] = mapped_column(String(32))
+    attempts: Mapped[int] = mapped_column(Integer)
+    uncertain_since: Mapped[datetime | None]
+    state: Mapped[str] = mapped_column(String(16))
+    next_at: Mapped[datetime]
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
 class RunMetricsModel(Base):
     """One row per finished run (bot.run_metrics): what /usage and `roost status` add up."""
 

@@ -13,9 +13,11 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
   the application flag → close 4014), READY + GUILD_CREATE, heartbeat ACK, RESUME replays
   what was missed; without the Message Content intent guild messages that do not mention
   the bot arrive with empty content, as on Discord;
+- `fail_next(...)` refuses the next matching calls (403 Missing Permissions by default);
 - `lose_next_answer(...)` carries out the next matching call and cuts the connection;
 - a send with `enforce_nonce` and a nonce already used in the channel returns the first
-  message instead of posting again (Discord's idempotent send).
+  message instead of posting again (Discord's idempotent send); `forget_nonces()` ends that,
+  as the few minutes Discord remembers a nonce do.
 Every REST call is recorded (`calls`). The server runs aiohttp in its own thread and loop.
 The REST routes live in tests/fakes/discord_rest.py (a mixin); the gateway and the world here.
 """
@@ -32,7 +34,7 @@ from typing import Any, TypeVar
 
 from aiohttp import WSMsgType, web
 
-from tests.fakes.discord_rest import EPHEMERAL, DiscordRest, _RateLimit
+from tests.fakes.discord_rest import EPHEMERAL, DiscordRest, _Failure, _RateLimit
 from tests.fakes.discord_state import Call, Channel, Interaction, State, StoredMessage, iso_now, snowflake
 
 T = TypeVar("T")
@@ -79,6 +81,7 @@ class FakeDiscord(DiscordRest):
         self._live: _Session | None = None
         self._rate_limits: list[_RateLimit] = []
         self._lose: list[tuple[str, str]] = []
+        self._failures: list[_Failure] = []
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
         self.gateway_closes: list[int] = []
@@ -276,6 +279,23 @@ class FakeDiscord(DiscordRest):
     def rate_limit_next(self, method: str, path_prefix: str, retry_after: float) -> None:
         with self.state.cond:
             self._rate_limits.append(_RateLimit(method, path_prefix, retry_after))
+
+    def fail_next(
+        self, method: str, path_prefix: str, *, status: int = 403, code: int = 50013,
+        message: str = "Missing Permissions", count: int = 1, after: int = 0,
+    ) -> None:
+        """Refuse `count` matching calls, after letting `after` through, with `status` and
+        error `code` (nothing takes effect), as Discord refuses a channel the bot may no
+        longer write to."""
+        with self.state.cond:
+            self._failures.append(_Failure(method, path_prefix, status, code, message, count, after))
+
+    def forget_nonces(self) -> None:
+        """Discord checks a nonce's uniqueness only "in the past few minutes": after this, a
+        send with a nonce used before posts a new message, as it would once that has passed."""
+        with self.state.cond:
+            for message in self.state.messages.values():
+                message.nonce = None
 
     def lose_next_answer(self, method: str, path_prefix: str) -> None:
         """Carry out the next matching call, then cut the connection instead of answering

@@ -18,6 +18,18 @@ EPHEMERAL = 64
 
 
 @dataclass
+class _Failure:
+    method: str
+    path_prefix: str
+    status: int
+    code: int
+    message: str
+    remaining: int
+    skip: int = 0
+    """Matching calls let through before the refusals start."""
+
+
+@dataclass
 class _RateLimit:
     method: str
     path_prefix: str
@@ -46,6 +58,7 @@ class DiscordRest:
         state: State
         _rate_limits: list[_RateLimit]
         _lose: list[tuple[str, str]]
+        _failures: list[_Failure]
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"]
@@ -56,6 +69,9 @@ class DiscordRest:
         try:
             if not open_route and not authorized:
                 raise DiscordError(401, 0, "401: Unauthorized")
+            failure = self._take_failure(request.method, path)
+            if failure is not None:  # refused before anything took effect
+                raise DiscordError(failure.status, failure.code, f"{failure.status}: {failure.message}")
             limit = self._take_rate_limit(request.method, path)
             if limit is not None:
                 status = 429
@@ -99,6 +115,19 @@ class DiscordRest:
                     self._lose.remove(loss)
                     return True
         return False
+
+    def _take_failure(self, method: str, path: str) -> _Failure | None:
+        with self.state.cond:
+            for failure in self._failures:
+                if failure.method == method and path.startswith(failure.path_prefix):
+                    if failure.skip > 0:
+                        failure.skip -= 1
+                        return None
+                    failure.remaining -= 1
+                    if failure.remaining <= 0:
+                        self._failures.remove(failure)
+                    return failure
+        return None
 
     def _take_rate_limit(self, method: str, path: str) -> _RateLimit | None:
         with self.state.cond:
