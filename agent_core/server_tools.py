@@ -24,6 +24,9 @@ The newer 20260209/20260318 versions add dynamic filtering through the code exec
 which Roost does not offer."""
 WEB_SEARCH_MAX_USES = 5
 """Searches per request: bounds the cost of one model call."""
+WEB_SEARCH_USD_PER_SEARCH = 0.01
+"""$10 per 1,000 searches, on top of tokens. Source: the web search tool's pricing section,
+https://docs.claude.com/en/docs/agents-and-tools/tool-use/web-search-tool (2026-11)."""
 SERVER_BLOCK_TYPES = frozenset({"server_tool_use", "web_search_tool_result"})
 
 
