@@ -196,3 +196,40 @@ def test_without_thinking_drops_whole_blocks_and_keeps_the_rest_identical() -> N
     assert out[0] is user and out[1] is plain  # untouched messages: the cached prefix stays
     assert out[2]["content"] == [{"type": "tool_use", "id": "t", "name": "n", "input": {}}]
     assert Thinking.parse("off").param() is None
+
+
+async def test_compaction_with_thinking_keeps_every_turn_it_sends_valid(tmp_path: Path, fake_api: FakeAnthropic) -> None:
+    """Compaction cuts only between turns: the kept turns go back with their thinking whole,
+    the summary and flush requests (no thinking parameter) carry none, and the service accepts
+    every request."""
+    from agent_core.compaction import FLUSH_PROMPT, SUMMARY_HEADER, CompactionConfig
+    from tests.fakes.anthropic_script import user_texts
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if any("You compress" in b.get("text", "") for b in body.get("system") or []):
+            return Reply(Text("## Active task\n- reading files"))
+        if any(FLUSH_PROMPT in t for t in user_texts(body)):
+            return Reply(Text("saved"))
+        last = body["messages"][-1]["content"]
+        if any(b.get("type") == "tool_result" for b in last):
+            return Reply(Text("done reading"))
+        return Reply(ToolUse("read_file", {"path": "AGENTS.md"}))
+
+    fake_api.responder = answer
+    async with running_app(tmp_path, fake_api, agent={"thinking": "adaptive"}) as (app, adapter):
+        assert app.agent.compactor is not None
+        app.agent.compactor.config = CompactionConfig(keep_recent_tokens=0)  # keep only the newest turn
+        for n, text in enumerate(["read one", "read two", "read three"]):
+            if n == 2:
+                app.agent.compactor.force("main")
+            await adapter.say(private(OWNER_ID, text))
+            await adapter.wait_for(lambda n=n: len(adapter.closed_replies()) == n + 1, timeout=20)
+    requests = [r for r in fake_api.requests if r.path == "/v1/messages"]
+    assert all(r.status == 200 for r in requests), [r.error for r in requests if r.status != 200]
+    last = requests[-1].json
+    assert last["messages"][0]["content"][0]["text"].startswith(SUMMARY_HEADER)
+    assistant_turns = [m["content"] for m in last["messages"] if m["role"] == "assistant"]
+    assert assistant_turns and all(turn[0]["type"] == "thinking" for turn in assistant_turns)
+    side = [r.json for r in requests if "thinking" not in r.json]
+    assert len(side) == 2  # the flush and the summary
+    assert not any(b.get("type") == "thinking" for body in side for m in body["messages"] for b in m["content"])
