@@ -21,9 +21,11 @@ from bot.settings import Settings
 from tests.app_harness import OWNER_ID, running_app
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Reply, Stall, Text, ToolUse
-from tests.fakes.anthropic_thinking import Thinking as ThinkingPart
+from tests.fakes.anthropic_thinking import Thinking as ThinkingPart, sign
 from tests.fakes.recording_adapter import private
 from tests.fakes.telegram_api import FakeTelegram
+from tests.discord_harness import OWNER as DISCORD_OWNER, dc, running as running_discord  # noqa: F401
+from tests.fakes.discord_api import FakeDiscord
 from tests.telegram_harness import OWNER, running, tg  # noqa: F401  (fixture)
 
 REASONING = "SECRET-REASONING: the user wants the file; read it, then check the log."
@@ -68,18 +70,12 @@ async def test_two_tool_rounds_with_thinking_send_every_signature_back_unchanged
         assert "temperature" not in body
     # The turns went back exactly as served, thinking at the head of each.
     served = [
-        {"type": "thinking", "thinking": t, "signature": _signature(requests[n], n)}
-        for n, t in enumerate(["First I read AGENTS.md.", "Now SOUL.md as well.", "Both read; answer."])
+        {"type": "thinking", "thinking": t, "signature": sign(t)}
+        for t in ["First I read AGENTS.md.", "Now SOUL.md as well.", "Both read; answer."]
     ]
     assistant_turns = [m["content"] for m in bodies[3]["messages"] if m["role"] == "assistant"]
     assert [turn[0] for turn in assistant_turns] == served
     assert all(REASONING not in r.text for r in adapter.closed_replies())
-
-
-def _signature(request: Any, n: int) -> str:
-    from tests.fakes.anthropic_thinking import sign
-
-    return sign(["First I read AGENTS.md.", "Now SOUL.md as well.", "Both read; answer."][n])
 
 
 async def test_thinking_budget_is_sent_with_room_for_the_answer(tmp_path: Path, fake_api: FakeAnthropic) -> None:
@@ -107,7 +103,7 @@ async def test_chat_shows_thinking_then_the_answer_without_the_reasoning(
     async with running(tmp_path, tg, fake_api, agent={"thinking": "adaptive"}) as h:
         tg.send_private(OWNER, "what is the answer?")
         thinking = await h.bot_text(OWNER, lambda t: "💭 thinking…" in t, timeout=15)
-        final = await h.bot_text(OWNER, lambda t: "42" in t, timeout=15)
+        final = await h.bot_text(OWNER, lambda t: t == "The answer is 42.", timeout=15)
         await h.app.conversations.lanes.drain()
     assert final.message_id == thinking.message_id  # replaced in place, not a second message
     assert final.text == "The answer is 42."
@@ -233,3 +229,18 @@ async def test_compaction_with_thinking_keeps_every_turn_it_sends_valid(tmp_path
     side = [r.json for r in requests if "thinking" not in r.json]
     assert len(side) == 2  # the flush and the summary
     assert not any(b.get("type") == "thinking" for body in side for m in body["messages"] for b in m["content"])
+
+
+async def test_discord_shows_thinking_then_the_answer_without_the_reasoning(
+    tmp_path: Path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(Reply(ThinkingPart(REASONING, chunk_size=8), Stall(4.0), Text("The answer is 42.")))
+    async with running_discord(tmp_path, dc, fake_api, agent={"thinking": "adaptive"}) as h:
+        dm = dc.dm_channel(DISCORD_OWNER)
+        dc.say(dm, DISCORD_OWNER, "what is the answer?")
+        thinking = await h.bot_text(dm, lambda t: "💭 thinking…" in t, timeout=15)
+        final = await h.bot_text(dm, lambda t: t == "The answer is 42.", timeout=15)
+        await h.app.conversations.lanes.drain()
+        shown = [str((c.json or {}).get("content", "")) for c in h.changes_in(dm)]
+    assert final.id == thinking.id and final.content == "The answer is 42."
+    assert not any("SECRET-REASONING" in text for text in shown)
