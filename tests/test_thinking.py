@@ -78,6 +78,21 @@ async def test_two_tool_rounds_with_thinking_send_every_signature_back_unchanged
     assert all(REASONING not in r.text for r in adapter.closed_replies())
 
 
+async def test_redacted_thinking_in_a_tool_loop_goes_back_unchanged(tmp_path: Path, fake_api: FakeAnthropic) -> None:
+    from tests.fakes.anthropic_thinking import RedactedThinking
+
+    fake_api.script(Reply(RedactedThinking(), ToolUse("read_file", {"path": "AGENTS.md"})), Reply(Text("Read it.")))
+    async with running_app(tmp_path, fake_api, agent={"thinking": "4096"}) as (app, adapter):
+        await adapter.say(private(OWNER_ID, "read the file"))
+        await adapter.wait_for(lambda: len(adapter.closed_replies()) == 1, timeout=20)
+        (reply,) = adapter.closed_replies()
+    first, second = (r for r in fake_api.requests if r.path == "/v1/messages")
+    assert second.status == 200, second.error
+    assert reply.text == "Read it."
+    turn = next(m["content"] for m in second.json["messages"] if m["role"] == "assistant")
+    assert turn[0]["type"] == "redacted_thinking" and turn[0]["data"]
+
+
 async def test_thinking_budget_is_sent_with_room_for_the_answer(tmp_path: Path, fake_api: FakeAnthropic) -> None:
     fake_api.script(Reply(Text("ok")))
     async with running_app(tmp_path, fake_api, agent={"thinking": "2048"}) as (app, adapter):
