@@ -13,6 +13,7 @@ from tests.fakes.discord_api import FakeDiscord
 
 TOKEN = "fake-token.for-the-fake"
 USER = "111111111111111111"
+NO_PINGS = discord.AllowedMentions.none()
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ async def fake_and_client() -> AsyncIterator[tuple[FakeDiscord, discord.Client]]
         fake.add_user(USER, "olivia")
         fake.add_guild("500", ["501"])
         point_at(fake.api_base, fake.gateway_url)
-        client = discord.Client(intents=discord.Intents.none())
+        client = discord.Client(intents=discord.Intents.none(), allowed_mentions=NO_PINGS)
         await client.login(TOKEN)
         try:
             yield fake, client
@@ -54,6 +55,23 @@ async def test_content_over_2000_characters_is_refused_with_50035(fake_and_clien
     assert len(fake.bot_messages("501")) == 1
 
 
+async def test_a_request_that_could_ping_is_refused_and_recorded(fake_and_client) -> None:
+    """Discord would post it and ping; the fake refuses each such request so tests notice."""
+    fake, client = fake_and_client
+    channel = client.get_partial_messageable(501)
+    sent = await channel.send("fine")
+    for pings in (discord.AllowedMentions(everyone=True), discord.AllowedMentions.none().merge(
+            discord.AllowedMentions(replied_user=True))):
+        with pytest.raises(discord.HTTPException) as refused:
+            await channel.send("@everyone hi", allowed_mentions=pings)
+        assert refused.value.code == 50035
+    route = discord.http.Route("PATCH", "/channels/{c}/messages/{m}", c=501, m=sent.id)
+    with pytest.raises(discord.HTTPException):
+        await client.http.request(route, json={"components": []})  # no content, but it could carry some
+    assert [m.content for m in fake.bot_messages("501")] == ["fine"]
+    assert fake.unsuppressed == ["POST /channels/501/messages"] * 2 + [f"PATCH /channels/501/messages/{sent.id}"]
+
+
 async def test_button_limits_are_enforced(fake_and_client) -> None:
     fake, client = fake_and_client
     channel = client.get_partial_messageable(501)
@@ -64,7 +82,8 @@ async def test_button_limits_are_enforced(fake_and_client) -> None:
     route = discord.http.Route("POST", "/channels/{channel_id}/messages", channel_id=channel.id)
     for components in (too_long, six):
         with pytest.raises(discord.HTTPException) as refused:
-            await client.http.request(route, json={"content": "hi", "components": components})
+            await client.http.request(route, json={"content": "hi", "components": components,
+                                                      "allowed_mentions": {"parse": []}})
         assert refused.value.code == 50035
     assert not fake.bot_messages("501")
 

@@ -85,7 +85,10 @@ class _Client(discord.Client):
 
     def __init__(self, adapter: DiscordAdapter, intents: discord.Intents, guild_ready_timeout: float) -> None:
         super().__init__(
-            intents=intents, max_messages=None, chunk_guilds_at_startup=False, guild_ready_timeout=guild_ready_timeout
+            intents=intents, max_messages=None, chunk_guilds_at_startup=False, guild_ready_timeout=guild_ready_timeout,
+            # The default of every request discord.py builds (sends, edits, interaction
+            # responses): a call site that forgets its own still pings nobody.
+            allowed_mentions=NO_MENTIONS,
         )
         self._adapter = adapter
         self.ready = asyncio.Event()

@@ -14,6 +14,9 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
   what was missed; without the Message Content intent guild messages that do not mention
   the bot arrive with empty content, as on Discord;
 - `lose_next_answer(...)` carries out the next matching call and cuts the connection;
+- every request that can carry content (sends, edits, interaction responses and follow-ups)
+  must carry `allowed_mentions` that parses nothing: else 400 and it is recorded
+  (`unsuppressed`);
 - a send with `enforce_nonce` and a nonce already used in the channel returns the first
   message instead of posting again (Discord's idempotent send).
 Every REST call is recorded (`calls`). The server runs aiohttp in its own thread and loop.
@@ -308,6 +311,12 @@ class FakeDiscord(DiscordRest):
                 and m.author_id == self.bot_id and not m.deleted
                 and bool(m.flags & EPHEMERAL) == ephemeral
             ]
+
+    @property
+    def unsuppressed(self) -> list[str]:
+        """Requests refused for carrying no `allowed_mentions` that suppresses pings."""
+        with self.state.cond:
+            return list(self.state.unsuppressed)
 
     def message(self, message_id: str) -> StoredMessage:
         with self.state.cond:

@@ -56,6 +56,7 @@ class DiscordRest:
         try:
             if not open_route and not authorized:
                 raise DiscordError(401, 0, "401: Unauthorized")
+            self._check_mentions(request.method, path, body)
             limit = self._take_rate_limit(request.method, path)
             if limit is not None:
                 status = 429
@@ -91,6 +92,18 @@ class DiscordRest:
             body=json.dumps(payload).encode(), status=status,
             headers={**headers, "Content-Type": "application/json"},
         )
+
+    def _check_mentions(self, method: str, path: str, body: dict[str, Any]) -> None:
+        """Every request that can carry content must suppress pings itself (Discord would
+        ping on a missing field, not refuse it: the fake refuses and records it, so a test
+        notices). Checked on the request, never on the stored message."""
+        message = message_body(method, path, body)
+        if message is None or suppresses_pings(message.get("allowed_mentions")):
+            return
+        with self.state.cond:
+            self.state.unsuppressed.append(f"{method} {path}")
+        raise DiscordError(400, 50035, "Invalid Form Body (fake Discord: allowed_mentions must parse nothing)",
+                           {"allowed_mentions": {"_errors": [{"code": "ROOST_PINGS", "message": "missing or pings"}]}})
 
     def _take_loss(self, method: str, path: str) -> bool:
         with self.state.cond:
@@ -284,6 +297,30 @@ class DiscordRest:
         message = self._create(interaction.channel_id, body)
         interaction.followups.append({"content": message.content, "flags": message.flags, "id": message.id})
         return self.state.message_payload(message)
+
+
+def message_body(method: str, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The part of a request that can carry message content, or None for other requests:
+    message sends and edits, webhook (interaction follow-up) sends and edits, and the
+    interaction responses that post or update a message (types 4 and 7)."""
+    parts = path.strip("/").split("/")
+    match method, parts:
+        case "POST", ["channels", _, "messages"] | ["webhooks", _, _]:
+            return body
+        case "PATCH", ["channels", _, "messages", _] | ["webhooks", _, _, "messages", _]:
+            return body
+        case "POST", ["interactions", _, _, "callback"] if int(body.get("type") or 0) in (4, 7):
+            data = body.get("data")
+            return data if isinstance(data, dict) else {}
+    return None
+
+
+def suppresses_pings(allowed: Any) -> bool:
+    """`allowed_mentions` that lets nobody be pinged: parses nothing, lists nobody."""
+    return (
+        isinstance(allowed, dict) and allowed.get("parse") == []
+        and not allowed.get("users") and not allowed.get("roles") and not allowed.get("replied_user")
+    )
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

@@ -113,6 +113,8 @@ class State:
         self.calls: list[Call] = []
         self.interactions: dict[str, Interaction] = {}
         self.commands: list[dict[str, Any]] = []
+        self.unsuppressed: list[str] = []
+        """Requests refused for lacking `allowed_mentions` that suppresses pings."""
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     def changed(self) -> None:
