@@ -154,9 +154,8 @@ class DiscordRest:
                 self._channel(cid)
                 return s.message_payload(self._create(cid, body))
             case "GET", ["channels", cid, "messages"]:
-                limit = int(query.get("limit", 50))
-                mine = [s.messages[m] for m in s.order if s.messages[m].channel_id == cid and not s.messages[m].deleted]
-                return [s.message_payload(m) for m in reversed(mine[-limit:])]
+                self._channel(cid)
+                return [s.message_payload(m) for m in self._history(cid, query)]
             case "GET", ["channels", cid, "messages", mid]:
                 return s.message_payload(self._message(cid, mid))
             case "PATCH", ["channels", cid, "messages", mid]:
@@ -174,6 +173,35 @@ class DiscordRest:
             case "POST", ["webhooks", _, token]:
                 return self._followup(token, body)
         raise DiscordError(404, 0, f"404: Not Found ({method} {path})")
+
+    def _history(self, cid: str, query: Any) -> list[StoredMessage]:
+        """Discord's channel history: `limit` 1–100 (default 50); with `after` the `limit`
+        messages right after it, with `before` (or neither) the `limit` right before it (the
+        newest); `around` is not served. Always newest first, as Discord answers."""
+        if "around" in query:
+            raise DiscordError(400, 0, "fake Discord: history `around` is not served")
+        if "after" in query and "before" in query:  # Discord: mutually exclusive
+            raise _form_error("before", "before, after and around are mutually exclusive.")
+        try:
+            limit = int(query.get("limit", 50))
+            after = int(query["after"]) if "after" in query else None
+            before = int(query["before"]) if "before" in query else None
+        except ValueError:
+            raise _form_error("limit", "Value is not a snowflake or int.") from None
+        if not 1 <= limit <= 100:
+            raise _form_error("limit", "int value should be less than or equal to 100.")
+        s = self.state
+        mine = sorted(
+            (m for m in s.messages.values() if m.channel_id == cid and not m.deleted and not m.flags & EPHEMERAL),
+            key=lambda m: int(m.id),
+        )
+        if before is not None:
+            mine = [m for m in mine if int(m.id) < before]
+        if after is not None:
+            page = [m for m in mine if int(m.id) > after][:limit]
+        else:
+            page = mine[-limit:]
+        return list(reversed(page))
 
     def _app_info(self) -> dict[str, Any]:
         return {
