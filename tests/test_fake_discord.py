@@ -168,3 +168,67 @@ def _on_message(seen: asyncio.Queue[str]):  # noqa: ANN202
         await seen.put(message.content)
 
     return on_message
+
+
+async def test_history_is_served_as_discord_serves_it(fake_and_client) -> None:
+    """Newest first always; `after` gives the messages right after it, `before` (or nothing)
+    the newest before it; limit 1–100; after and before together are refused. discord.py's
+    `history` relies on each (its `after` paging takes data[0] as the next cursor)."""
+    fake, client = fake_and_client
+    ids = [fake.say("501", USER, f"m{n}") for n in range(7)]
+    route = discord.http.Route("GET", "/channels/{c}/messages", c=501)
+
+    async def get(**params: object) -> list[str]:
+        return [m["content"] for m in await client.http.request(route, params=params)]
+
+    assert await get(limit=3) == ["m6", "m5", "m4"]
+    assert await get(after=ids[1], limit=3) == ["m4", "m3", "m2"]
+    assert await get(before=ids[5], limit=2) == ["m4", "m3"]
+    for bad in ({"limit": 0}, {"limit": 101}, {"after": ids[0], "before": ids[6]}):
+        with pytest.raises(discord.HTTPException) as refused:
+            await get(**bad)
+        assert refused.value.status == 400
+    channel = await client.fetch_channel(501)
+    assert [m.content async for m in channel.history(after=discord.Object(int(ids[0])), limit=None)] == [
+        f"m{n}" for n in range(1, 7)
+    ]
+    assert [m.content async for m in channel.history(limit=2)] == ["m6", "m5"]
+
+
+async def test_a_refused_resume_answers_opcode_9_and_replays_nothing() -> None:
+    with FakeDiscord(token=TOKEN, heartbeat_interval_ms=500) as fake:
+        fake.add_user(USER, "olivia")
+        point_at(fake.api_base, fake.gateway_url)
+        seen: list[str] = []
+        client = discord.Client(intents=discord.Intents.default())
+        ready = asyncio.Event()
+
+        @client.event
+        async def on_ready() -> None:
+            ready.set()
+
+        @client.event
+        async def on_message(message: discord.Message) -> None:
+            seen.append(message.content)
+
+        await client.login(TOKEN)
+        connector = asyncio.get_running_loop().create_task(client.connect(reconnect=True))
+        try:
+            async with asyncio.timeout(10):
+                await ready.wait()
+            ready.clear()
+            fake.refuse_next_resume()
+            fake.hold_connections()
+            fake.drop_gateway()
+            fake.say(fake.dm_channel(USER), USER, "in the gap")
+            fake.release_connections()
+            async with asyncio.timeout(15):
+                await ready.wait()  # a new session: READY again
+            assert len(fake.resumes) == 1 and len(fake.identifies) == 2
+            assert seen == []
+            dm = await client.fetch_channel(int(fake.dm_channel(USER)))
+            assert [m.content async for m in dm.history(limit=5)] == ["in the gap"]  # only in the history
+        finally:
+            await client.close()
+            connector.cancel()
+            await asyncio.gather(connector, return_exceptions=True)

@@ -14,6 +14,11 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
   what was missed (`refuse_next_resume` answers opcode 9 instead: a new session, nothing
   replayed); without the Message Content intent guild messages that do not mention
   the bot arrive with empty content, as on Discord;
+- channel history (GET /channels/{id}/messages) as Discord serves it: newest first, `after`
+  the messages right after it, `before` (or neither) the newest before it, limit 1–100,
+  after+before refused; a message said while no session is connected (the bot stopped,
+  or between a drop and a refused RESUME) is only in the history; `say(at=…)` dates one
+  in the past; `hold_connections` keeps a reconnecting client out while a test fills a gap;
 - `lose_next_answer(...)` carries out the next matching call and cuts the connection;
 - every request that can carry content (sends, edits, interaction responses and follow-ups)
   must carry `allowed_mentions` that parses nothing: else 400 and it is recorded
