@@ -7,7 +7,10 @@ is off, one warning line says how to fix it and the bot connects without that in
 and mentions still carry text; Discord would refuse the connection otherwise). Then it
 connects (guilds, guild messages, DM messages, message content), waits for READY and
 registers the slash commands in the background. discord.py reconnects a dropped gateway
-itself and RESUMEs the session, so missed events are replayed, not lost. If start fails,
+itself and RESUMEs the session, so missed events are replayed, not lost. A new session (this
+process's first, or after Discord refused a RESUME) replays nothing: after its READY the
+gap of every watched chat is fetched through REST history and handed to the handler like
+live messages, which wait until it is done (see adapters.catch_up). If start fails,
 everything started so far is closed. `aclose` stops intake, lets messages in progress
 finish briefly, drops queued sends and closes the client; it is idempotent.
 
