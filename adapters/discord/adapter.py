@@ -342,7 +342,10 @@ class DiscordAdapter(StartsOnce):
         fetched.sort(key=lambda m: m.id)
         log.info("discord.catching_up channels=%d messages=%d", len(channels), len(fetched))
         for message in fetched:
-            await self._take(message)
+            try:
+                await self._take(message)
+            except Exception:  # as a live message's failure would: logged, the rest still taken
+                log.exception("discord.catch_up_message_failed channel=%s message=%s", message.channel.id, message.id)
         if missed:
             await store.report_missed(self.platform, missed_line(missed, self._bounds))
 
