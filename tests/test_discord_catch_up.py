@@ -138,3 +138,25 @@ async def test_a_message_seen_live_is_never_answered_twice_after_a_reconnect_or_
         await settled(h)
     assert answers(dc, dm) == ["answer to warm up", "answer to seen live"]
     assert asked(fake_api) == ["warm up", "seen live"]
+
+
+async def test_a_live_message_during_the_catch_up_waits_for_the_older_ones(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    echo(fake_api)
+    dm = dc.dm_channel(OWNER)
+    async with running(tmp_path, dc, fake_api, paced=False):
+        pass
+    dc.say(dm, OWNER, "written while down")
+    dc.hold_history()
+    try:
+        async with running(tmp_path, dc, fake_api, paced=False) as h:
+            await dc.await_for(lambda: dc.history_waiting > 0 or None)
+            dc.say(dm, OWNER, "written live")  # arrives while the gap is still being read
+            dc.release_history()
+            await dc.await_for(lambda: len(answers(dc, dm)) >= 2 or None, 20)
+            await settled(h)
+    finally:
+        dc.release_history()
+    assert answers(dc, dm) == ["answer to written while down", "answer to written live"]
+    assert asked(fake_api) == ["written while down", "written live"]

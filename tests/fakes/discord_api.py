@@ -95,6 +95,10 @@ class FakeDiscord(DiscordRest):
         self._refuse_resumes = 0
         self._accepting = threading.Event()
         self._accepting.set()
+        self._history_open = threading.Event()
+        self._history_open.set()
+        self.history_waiting = 0
+        """History reads waiting for `release_history`."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -304,6 +308,13 @@ class FakeDiscord(DiscordRest):
 
     def release_connections(self) -> None:
         self._accepting.set()
+
+    def hold_history(self) -> None:
+        """History reads wait until `release_history` (a slow catch-up)."""
+        self._history_open.clear()
+
+    def release_history(self) -> None:
+        self._history_open.set()
 
     def refuse_next_resume(self) -> None:
         """Answer the next RESUME with opcode 9 (invalid session, d=false): the client must

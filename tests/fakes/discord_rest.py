@@ -4,7 +4,9 @@ state it reads (see that module's docstring for what is enforced)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,10 +48,17 @@ class DiscordRest:
         state: State
         _rate_limits: list[_RateLimit]
         _lose: list[tuple[str, str]]
+        _history_open: threading.Event
+        history_waiting: int
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"]
         body = await _body(request)
+        if request.method == "GET" and path.endswith("/messages") and not self._history_open.is_set():
+            with self.state.cond:
+                self.history_waiting += 1
+            self.state.changed()
+            await asyncio.to_thread(self._history_open.wait, 30)
         open_route = path.startswith(("/interactions/", "/webhooks/"))
         authorized = request.headers.get("Authorization") == f"Bot {self.token}"
         status, headers, payload = 200, {}, None
