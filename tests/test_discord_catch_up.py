@@ -12,10 +12,14 @@ from __future__ import annotations
 import sqlite3
 from datetime import UTC, datetime, timedelta
 
+from adapters.catch_up import CatchUp
+from adapters.discord.gap import fetch_gap
 from tests.discord_harness import CHANNEL, MEMBER, OWNER, Harness, dc, running  # noqa: F401  (dc is a fixture)
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Reply, Text, last_user_text
 from tests.fakes.discord_api import FakeDiscord
+from tests.test_fake_discord import USER as FAKE_USER
+from tests.test_fake_discord import fake_and_client  # noqa: F401  (fixture)
 
 MISSED = "While I was offline, messages older than 24 h"
 
@@ -160,3 +164,26 @@ async def test_a_live_message_during_the_catch_up_waits_for_the_older_ones(
         dc.release_history()
     assert answers(dc, dm) == ["answer to written while down", "answer to written live"]
     assert asked(fake_api) == ["written while down", "written live"]
+
+
+async def test_fetch_gap_answers_the_newest_within_the_bounds_and_counts_the_rest(fake_and_client) -> None:
+    """adapters.discord.gap against the fake's history: the newest `max_messages` after the
+    cursor in order, the rest counted (exactly when the two reads overlap), older than
+    `max_age` counted, never returned."""
+    fake, client = fake_and_client
+    now = datetime.now(UTC)
+    cursor = int(fake.say("501", FAKE_USER, "seen", at=now - timedelta(hours=30)))
+    fake.say("501", FAKE_USER, "too old", at=now - timedelta(hours=25))
+    for n in range(5):
+        fake.say("501", FAKE_USER, f"m{n}")
+    channel = await client.fetch_channel(501)
+    gap = await fetch_gap(channel, cursor, now + timedelta(seconds=1), CatchUp(max_messages=3))
+    assert [m.content for m in gap.messages] == ["m2", "m3", "m4"]
+    assert (gap.older, gap.more) == (1 + 2, False)  # too old, m0, m1
+    for n in range(5, 9):
+        fake.say("501", FAKE_USER, f"m{n}")
+    gap = await fetch_gap(channel, cursor, now + timedelta(seconds=1), CatchUp(max_messages=3))
+    assert [m.content for m in gap.messages] == ["m6", "m7", "m8"]
+    assert gap.more and gap.older >= 1 + 3  # m3..m5 were never read: "at least"
+    everything = await fetch_gap(channel, cursor, now + timedelta(seconds=1), CatchUp(max_messages=100))
+    assert [m.content for m in everything.messages] == [f"m{n}" for n in range(9)] and everything.older == 1

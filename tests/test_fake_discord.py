@@ -232,3 +232,4 @@ async def test_a_refused_resume_answers_opcode_9_and_replays_nothing() -> None:
             await client.close()
             connector.cancel()
             await asyncio.gather(connector, return_exceptions=True)
+

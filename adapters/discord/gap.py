@@ -4,7 +4,8 @@ endpoint (GET /channels/{id}/messages?after=…) within `adapters.catch_up.Catch
 Contract of `fetch_gap`: the channel's messages newer than both the cursor and `now -
 max_age`, oldest first, at most `max_messages` — the newest ones when there were more.
 `older` counts the users' (not bots') messages after the cursor that fell outside the
-window or beyond that count (at least; `more` says the count is not exact).
+window or beyond that count; `more` says there were more than counted. At most four
+history reads.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ async def fetch_gap(channel: discord.abc.Messageable, cursor: int, now: datetime
         newest = [m async for m in channel.history(limit=bounds.max_messages)]
         kept = {m.id for m in newest}
         older += sum(1 for m in page if m.id not in kept and not m.author.bot)
+        between = min(kept) > max(m.id for m in page)  # unread messages lie between the two reads
         page = sorted((m for m in newest if m.id > start.id), key=lambda m: m.id)
-        more = more or len(page) >= bounds.max_messages
+        more = more or between
     return Gap(page, older, more)

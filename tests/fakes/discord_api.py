@@ -18,7 +18,8 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
   the messages right after it, `before` (or neither) the newest before it, limit 1–100,
   after+before refused; a message said while no session is connected (the bot stopped,
   or between a drop and a refused RESUME) is only in the history; `say(at=…)` dates one
-  in the past; `hold_connections` keeps a reconnecting client out while a test fills a gap;
+  in the past; `hold_connections` keeps a reconnecting client out while a test fills a gap,
+  `hold_history` keeps history reads waiting (a slow catch-up);
 - `lose_next_answer(...)` carries out the next matching call and cuts the connection;
 - every request that can carry content (sends, edits, interaction responses and follow-ups)
   must carry `allowed_mentions` that parses nothing: else 400 and it is recorded
