@@ -115,6 +115,11 @@ class _Client(discord.Client):
         self.ready.set()
         self._adapter._session_ready.set()
 
+    async def on_resumed(self) -> None:
+        # A session resumed before its on_ready (a drop while guilds still arrived): its
+        # guilds are known all the same; the catch-up must not wait for a READY to come.
+        self._adapter._session_ready.set()
+
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
 

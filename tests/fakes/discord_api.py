@@ -203,9 +203,7 @@ class FakeDiscord(DiscordRest):
                 msg.mentions = [self.bot_id]
             self.state.messages[msg.id] = msg
             self.state.order.append(msg.id)
-            payload = self.state.message_payload(msg)
-            if replied is not None:
-                payload["referenced_message"] = self.state.message_payload(replied)
+            payload = self.state.message_payload(msg)  # with the replied-to message resolved
             channel = self.state.channels[channel_id]
             if channel.guild_id:
                 payload["member"] = {"roles": [], "joined_at": iso_now(), "deaf": False, "mute": False}
