@@ -32,10 +32,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import discord
-from discord.utils import time_snowflake
 
 from adapters.base import Button, Delivery, InboundHandler
-from adapters.catch_up import CatchUp, CursorKeeper, Watched, missed_line
+from adapters.catch_up import CatchUp
 from adapters.lifecycle import StartsOnce
 from adapters.button_actions import PAIR_PREFIX
 from adapters.discord.approval_views import (
@@ -47,7 +46,7 @@ from adapters.discord.approval_views import (
     record_text,
 )
 from adapters.discord.commands import command_tree
-from adapters.discord.gap import fetch_gap
+from adapters.discord.catch_up import SessionCatchUp
 from adapters.discord.endpoints import DEFAULT_API_BASE, adopt_gateway, needs_gateway_lookup, point_at
 from adapters.discord.reply import DiscordReply, ReplyContext
 from adapters.discord.transport import DISCORD_LIMIT, EDIT_INTERVAL_S, NO_MENTIONS
@@ -113,12 +112,12 @@ class _Client(discord.Client):
 
     async def on_ready(self) -> None:
         self.ready.set()
-        self._adapter._session_ready.set()
+        self._adapter._session_ready()
 
     async def on_resumed(self) -> None:
         # A session resumed before its on_ready (a drop while guilds still arrived): its
         # guilds are known all the same; the catch-up must not wait for a READY to come.
-        self._adapter._session_ready.set()
+        self._adapter._session_ready()
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
@@ -154,12 +153,7 @@ class DiscordAdapter(StartsOnce):
         """How long discord.py waits after READY for more guilds before on_ready."""
         self._clock, self._sleep = clock, sleep
         self._now, self._bounds, self._catch_up_timeout = now, catch_up, catch_up_timeout_s
-        self._cursors: CursorKeeper | None = None
-        self._session_ready = asyncio.Event()
-        self._caught_up = asyncio.Event()
-        """Clear while a new session catches up: live messages wait, so order holds."""
-        self._caught_up.set()
-        self._catching: asyncio.Task[None] | None = None
+        self._catch_up: SessionCatchUp | None = None
         self._state: Literal["new", "running", "closed"] = "new"
         self._client: _Client | None = None
         self._connector: asyncio.Task[None] | None = None
@@ -194,8 +188,10 @@ class DiscordAdapter(StartsOnce):
     async def _start(self, handler: InboundHandler) -> None:
         self._handler = handler
         if handler.channel_cursors is not None:
-            self._cursors = CursorKeeper(self.platform, handler.channel_cursors)
-            await self._cursors.load()
+            self._catch_up = SessionCatchUp(
+                handler.channel_cursors, self._take, now=self._now, bounds=self._bounds, timeout_s=self._catch_up_timeout
+            )
+            await self._catch_up.load()
         point_at(self._api_base, self._gateway_url)
         client = await self._login(message_content=True)
         if not content_intent_enabled(client.application_flags):
@@ -248,8 +244,8 @@ class DiscordAdapter(StartsOnce):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._cursors is not None:
-            await _quietly("cursors.aclose", self._cursors.aclose())
+        if self._catch_up is not None:
+            await _quietly("catch_up.aclose", self._catch_up.aclose())
         if self._outbox is not None:
             await self._outbox.aclose()
         if self._client is not None:
@@ -275,7 +271,8 @@ class DiscordAdapter(StartsOnce):
     async def _on_message(self, message: discord.Message) -> None:
         if self._state != "running" or self._me is None or self._handler is None:
             return
-        await self._caught_up.wait()
+        if self._catch_up is not None:
+            await self._catch_up.wait()
         if self._state == "running":
             await self._take(message)
 
@@ -288,95 +285,26 @@ class DiscordAdapter(StartsOnce):
         if inbound is not None:
             self._channels.add(channel)
             await self._in_order(channel, self._handler.receive(inbound))
-        if self._cursors is not None:
-            self._cursors.note(channel, str(message.id))
+        if self._catch_up is not None:
+            self._catch_up.cursors.note(channel, str(message.id))
 
-    # -- catching up after a gap (adapters.catch_up) ---------------------------------
+    # -- catching up after a gap (adapters.discord.catch_up) -------------------------
 
     async def caught_up(self) -> None:
-        """Returns once no catch-up is running (each message it fetched is with the handler)."""
-        await self._caught_up.wait()
+        """Returns once no catch-up is running (each message it read is with the handler)."""
+        if self._catch_up is not None:
+            await self._catch_up.wait()
 
     def _new_session(self) -> None:
-        """A new gateway session replays nothing: hold live messages, fetch the gap."""
-        if self._cursors is None or self._state != "running":
+        if self._catch_up is None or self._state != "running" or self._client is None:
             return
-        self._session_ready.clear()
-        self._caught_up.clear()
-        if self._catching is not None:
-            self._catching.cancel()  # a newer session's catch-up covers the same gap
-        self._catching = asyncio.get_running_loop().create_task(self._catch_up(), name="discord-catch-up")
-        self._tasks.add(self._catching)
-        self._catching.add_done_callback(self._tasks.discard)
+        task = self._catch_up.new_session(self._client)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _catch_up(self) -> None:
-        task = asyncio.current_task()
-        try:
-            async with asyncio.timeout(self._catch_up_timeout):
-                await self._session_ready.wait()  # the guilds (channels, threads) are known
-                await self._fetch_and_take()
-        except TimeoutError:
-            log.warning("discord.catch_up_timed_out after=%ss", self._catch_up_timeout)
-        except Exception:  # live messages must flow again whatever happened here
-            log.exception("discord.catch_up_failed")
-        finally:
-            if self._catching is task:
-                self._caught_up.set()
-
-    async def _fetch_and_take(self) -> None:
-        assert self._cursors is not None and self._handler is not None
-        store = self._handler.channel_cursors
-        assert store is not None
-        now = self._now()
-        channels = await self._watched_channels(await store.watched(self.platform))
-        fetched: list[discord.Message] = []
-        missed: list[str] = []
-        for channel_id, channel in channels.items():
-            cursor = self._cursors.get(channel_id)
-            if cursor is None:  # first seen now: what came before is nobody's gap
-                self._cursors.note(channel_id, str(time_snowflake(now)))
-                continue
-            try:
-                gap = await fetch_gap(channel, int(cursor), now, self._bounds)
-            except discord.HTTPException as exc:
-                log.warning("discord.catch_up_fetch_failed channel=%s: %s", channel_id, exc)
-                continue
-            fetched.extend(gap.messages)
-            if gap.older:
-                missed.append(f"{gap.older}{'+' if gap.more else ''} in {_place(channel)}")
-        fetched.sort(key=lambda m: m.id)
-        log.info("discord.catching_up channels=%d messages=%d", len(channels), len(fetched))
-        for message in fetched:
-            try:
-                await self._take(message)
-            except Exception:  # as a live message's failure would: logged, the rest still taken
-                log.exception("discord.catch_up_message_failed channel=%s message=%s", message.channel.id, message.id)
-        if missed:
-            await store.report_missed(self.platform, missed_line(missed, self._bounds))
-
-    async def _watched_channels(self, watched: Watched) -> dict[str, discord.abc.Messageable]:
-        """Channel id → channel: the watched users' DMs, the allowed channels (with their
-        active threads) and every text channel and thread of an allowed guild."""
-        client = self._running().client
-        out: dict[str, discord.abc.Messageable] = {}
-        for user in sorted(watched.users):
-            try:
-                dm = await client.create_dm(discord.Object(int(user)))
-            except (discord.HTTPException, ValueError) as exc:
-                log.warning("discord.catch_up_dm_failed user=%s: %s", user, exc)
-                continue
-            self._dm_of[user] = str(dm.id)
-            out[str(dm.id)] = dm
-        every_channel, every_guild = "*" in watched.channels, "*" in watched.spaces
-        for guild in client.guilds:
-            whole = every_channel or every_guild or str(guild.id) in watched.spaces
-            for channel in guild.text_channels:
-                if whole or str(channel.id) in watched.channels:
-                    out[str(channel.id)] = channel
-            for thread in guild.threads:
-                if whole or str(thread.id) in watched.channels or str(thread.parent_id) in watched.channels:
-                    out[str(thread.id)] = thread
-        return out
+    def _session_ready(self) -> None:
+        if self._catch_up is not None:
+            self._catch_up.session_ready()
 
     async def _in_order(self, key: str, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` after earlier work of the same channel (asyncio locks are FIFO), and
@@ -544,12 +472,6 @@ async def _followup(interaction: discord.Interaction, text: str) -> str | None:
         log.warning("discord.followup_failed: %s", exc)
         return None
     return str(message.id)
-
-
-def _place(channel: discord.abc.Messageable) -> str:
-    if isinstance(channel, discord.DMChannel):
-        return f"the DM with {channel.recipient.name}" if channel.recipient else "a DM"
-    return f"#{getattr(channel, 'name', '') or getattr(channel, 'id', '?')}"
 
 
 async def _quietly(what: str, aw: Coroutine[Any, Any, Any]) -> None:
