@@ -1,5 +1,6 @@
 """`adapters.catch_up.CursorKeeper`: a cursor only moves forward, saving never blocks a
-note, and nothing noted is lost to a failed save or to closing."""
+note, and nothing noted is lost to a failed save or to closing; the stored cursors
+(bot.storage.cursors) on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 from collections.abc import Mapping
 
 from adapters.catch_up import CursorKeeper, Watched
+from bot.storage import Storage
+from tests.storage_fixtures import clock, db_url, storage  # noqa: F401  (fixtures)
 
 
 class Store:
@@ -55,3 +58,12 @@ async def test_a_failed_save_loses_no_cursor_and_close_saves_the_rest() -> None:
     keeper.note("b", "20")
     await keeper.aclose()
     assert store.saved == {"a": "10", "b": "20"}
+
+
+async def test_stored_cursors_round_trip_per_platform_and_update_in_place(storage: Storage) -> None:
+    await storage.save_channel_cursors("discord", {"1": "100", "2": "200"})
+    await storage.save_channel_cursors("discord", {"1": "150"})
+    await storage.save_channel_cursors("telegram", {"1": "7"})
+    assert await storage.channel_cursors("discord") == {"1": "150", "2": "200"}
+    assert await storage.channel_cursors("telegram") == {"1": "7"}
+    assert await storage.channel_cursors("console") == {}
