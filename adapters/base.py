@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from adapters.catch_up import ChannelCursors
 from agent_core.approvals import Decision, ResolveResult
 from agent_core.events import Event
 from agent_core.inbound import Inbound, ReplyTarget
@@ -86,6 +87,10 @@ class OnceSender(Protocol):
 
 class InboundHandler(Protocol):
     """Implemented by the composition root; adapters call it."""
+
+    channel_cursors: ChannelCursors | None
+    """Per-channel cursors for an adapter that catches up after a gap (Discord); None: it
+    does not (see adapters.catch_up)."""
 
     async def receive(self, inbound: Inbound) -> bool:
         """Take a message; returns once it is handled or queued, not when answered.

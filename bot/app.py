@@ -35,6 +35,7 @@ from agent_core.risk import Scope
 from agent_core.server_tools import WEB_SEARCH, server_tools
 from agent_core.tool_runner import CallCounts, ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
+from bot.channel_cursors import StoredCursors
 from bot.conversations import Conversations
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
@@ -326,6 +327,7 @@ async def build(
         conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         conversations.log_cutoffs = log_cutoffs
+        conversations.channel_cursors = StoredCursors(storage, router, conversations.adapters)
         questions.resume = conversations.resume_question
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs

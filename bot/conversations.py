@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapters.base import Adapter, Button, ButtonAnswer, Delivery
+from adapters.catch_up import ChannelCursors
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
@@ -145,6 +146,8 @@ class Conversations:
         """Where the prompt's copy of today's log stops (set by bot.app): /new resets it."""
         self.breakers: Breakers | None = None
         """The process's model circuit breakers, for /status (set by bot.app)."""
+        self.channel_cursors: ChannelCursors | None = None
+        """Where each Discord channel was left, for catching up after a gap (set by bot.app)."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:

@@ -104,6 +104,12 @@ class Router:
         spaces = self._allowed_spaces.get(inbound.platform, frozenset())
         return inbound.space_id is not None and ("*" in spaces or inbound.space_id in spaces)
 
+    async def allowed_places(self, platform: str) -> tuple[frozenset[str], frozenset[str]]:
+        """(groups, spaces) answered on `platform`: configured and `/allow`ed groups, allowed
+        spaces; "*" means all."""
+        groups = self._allowed_groups.get(platform, frozenset()) | await self._storage.allowed_groups(platform)
+        return frozenset(groups), self._allowed_spaces.get(platform, frozenset())
+
     async def group_allowed(self, inbound: Inbound) -> bool:
         if self.statically_allowed(inbound):
             return True

@@ -53,6 +53,8 @@ def world(fake: FakeDiscord) -> FakeDiscord:
 def dc() -> Iterator[FakeDiscord]:
     with FakeDiscord(token=TOKEN) as fake:
         yield world(fake)
+        # Every test on the fake: no request that could carry content left pings possible.
+        assert not fake.unsuppressed, f"requests without allowed_mentions suppressing pings: {fake.unsuppressed}"
 
 
 def discord_settings(tmp_path: Path, dc: FakeDiscord, llm: FakeAnthropic, **overrides: Any) -> Settings:

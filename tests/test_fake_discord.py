@@ -13,6 +13,7 @@ from tests.fakes.discord_api import FakeDiscord
 
 TOKEN = "fake-token.for-the-fake"
 USER = "111111111111111111"
+NO_PINGS = discord.AllowedMentions.none()
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ async def fake_and_client() -> AsyncIterator[tuple[FakeDiscord, discord.Client]]
         fake.add_user(USER, "olivia")
         fake.add_guild("500", ["501"])
         point_at(fake.api_base, fake.gateway_url)
-        client = discord.Client(intents=discord.Intents.none())
+        client = discord.Client(intents=discord.Intents.none(), allowed_mentions=NO_PINGS)
         await client.login(TOKEN)
         try:
             yield fake, client
@@ -54,6 +55,23 @@ async def test_content_over_2000_characters_is_refused_with_50035(fake_and_clien
     assert len(fake.bot_messages("501")) == 1
 
 
+async def test_a_request_that_could_ping_is_refused_and_recorded(fake_and_client) -> None:
+    """Discord would post it and ping; the fake refuses each such request so tests notice."""
+    fake, client = fake_and_client
+    channel = client.get_partial_messageable(501)
+    sent = await channel.send("fine")
+    for pings in (discord.AllowedMentions(everyone=True), discord.AllowedMentions.none().merge(
+            discord.AllowedMentions(replied_user=True))):
+        with pytest.raises(discord.HTTPException) as refused:
+            await channel.send("@everyone hi", allowed_mentions=pings)
+        assert refused.value.code == 50035
+    route = discord.http.Route("PATCH", "/channels/{c}/messages/{m}", c=501, m=sent.id)
+    with pytest.raises(discord.HTTPException):
+        await client.http.request(route, json={"components": []})  # no content, but it could carry some
+    assert [m.content for m in fake.bot_messages("501")] == ["fine"]
+    assert fake.unsuppressed == ["POST /channels/501/messages"] * 2 + [f"PATCH /channels/501/messages/{sent.id}"]
+
+
 async def test_button_limits_are_enforced(fake_and_client) -> None:
     fake, client = fake_and_client
     channel = client.get_partial_messageable(501)
@@ -64,7 +82,8 @@ async def test_button_limits_are_enforced(fake_and_client) -> None:
     route = discord.http.Route("POST", "/channels/{channel_id}/messages", channel_id=channel.id)
     for components in (too_long, six):
         with pytest.raises(discord.HTTPException) as refused:
-            await client.http.request(route, json={"content": "hi", "components": components})
+            await client.http.request(route, json={"content": "hi", "components": components,
+                                                      "allowed_mentions": {"parse": []}})
         assert refused.value.code == 50035
     assert not fake.bot_messages("501")
 
@@ -149,3 +168,68 @@ def _on_message(seen: asyncio.Queue[str]):  # noqa: ANN202
         await seen.put(message.content)
 
     return on_message
+
+
+async def test_history_is_served_as_discord_serves_it(fake_and_client) -> None:
+    """Newest first always; `after` gives the messages right after it, `before` (or nothing)
+    the newest before it; limit 1–100; after and before together are refused. discord.py's
+    `history` relies on each (its `after` paging takes data[0] as the next cursor)."""
+    fake, client = fake_and_client
+    ids = [fake.say("501", USER, f"m{n}") for n in range(7)]
+    route = discord.http.Route("GET", "/channels/{c}/messages", c=501)
+
+    async def get(**params: object) -> list[str]:
+        return [m["content"] for m in await client.http.request(route, params=params)]
+
+    assert await get(limit=3) == ["m6", "m5", "m4"]
+    assert await get(after=ids[1], limit=3) == ["m4", "m3", "m2"]
+    assert await get(before=ids[5], limit=2) == ["m4", "m3"]
+    for bad in ({"limit": 0}, {"limit": 101}, {"after": ids[0], "before": ids[6]}):
+        with pytest.raises(discord.HTTPException) as refused:
+            await get(**bad)
+        assert refused.value.status == 400
+    channel = await client.fetch_channel(501)
+    assert [m.content async for m in channel.history(after=discord.Object(int(ids[0])), limit=None)] == [
+        f"m{n}" for n in range(1, 7)
+    ]
+    assert [m.content async for m in channel.history(limit=2)] == ["m6", "m5"]
+
+
+async def test_a_refused_resume_answers_opcode_9_and_replays_nothing() -> None:
+    with FakeDiscord(token=TOKEN, heartbeat_interval_ms=500) as fake:
+        fake.add_user(USER, "olivia")
+        point_at(fake.api_base, fake.gateway_url)
+        seen: list[str] = []
+        client = discord.Client(intents=discord.Intents.default())
+        ready = asyncio.Event()
+
+        @client.event
+        async def on_ready() -> None:
+            ready.set()
+
+        @client.event
+        async def on_message(message: discord.Message) -> None:
+            seen.append(message.content)
+
+        await client.login(TOKEN)
+        connector = asyncio.get_running_loop().create_task(client.connect(reconnect=True))
+        try:
+            async with asyncio.timeout(10):
+                await ready.wait()
+            ready.clear()
+            fake.refuse_next_resume()
+            fake.hold_connections()
+            fake.drop_gateway()
+            fake.say(fake.dm_channel(USER), USER, "in the gap")
+            fake.release_connections()
+            async with asyncio.timeout(15):
+                await ready.wait()  # a new session: READY again
+            assert len(fake.resumes) == 1 and len(fake.identifies) == 2
+            assert seen == []
+            dm = await client.fetch_channel(int(fake.dm_channel(USER)))
+            assert [m.content async for m in dm.history(limit=5)] == ["in the gap"]  # only in the history
+        finally:
+            await client.close()
+            connector.cancel()
+            await asyncio.gather(connector, return_exceptions=True)
+

@@ -7,7 +7,10 @@ is off, one warning line says how to fix it and the bot connects without that in
 and mentions still carry text; Discord would refuse the connection otherwise). Then it
 connects (guilds, guild messages, DM messages, message content), waits for READY and
 registers the slash commands in the background. discord.py reconnects a dropped gateway
-itself and RESUMEs the session, so missed events are replayed, not lost. If start fails,
+itself and RESUMEs the session, so missed events are replayed, not lost. A new session (this
+process's first, or after Discord refused a RESUME) replays nothing: after its READY the
+gap of every watched chat is fetched through REST history and handed to the handler like
+live messages, which wait until it is done (see adapters.catch_up). If start fails,
 everything started so far is closed. `aclose` stops intake, lets messages in progress
 finish briefly, drops queued sends and closes the client; it is idempotent.
 
@@ -25,12 +28,14 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import discord
 
 from adapters.base import Button, Delivery, InboundHandler
+from adapters.catch_up import CatchUp
 from adapters.lifecycle import StartsOnce
 from adapters.button_actions import PAIR_PREFIX
 from adapters.discord.approval_views import (
@@ -42,6 +47,7 @@ from adapters.discord.approval_views import (
     record_text,
 )
 from adapters.discord.commands import command_tree
+from adapters.discord.catch_up import SessionCatchUp
 from adapters.discord.endpoints import DEFAULT_API_BASE, adopt_gateway, needs_gateway_lookup, point_at
 from adapters.discord.reply import DiscordReply, ReplyContext
 from adapters.discord.transport import DISCORD_LIMIT, EDIT_INTERVAL_S, NO_MENTIONS
@@ -86,7 +92,10 @@ class _Client(discord.Client):
 
     def __init__(self, adapter: DiscordAdapter, intents: discord.Intents, guild_ready_timeout: float) -> None:
         super().__init__(
-            intents=intents, max_messages=None, chunk_guilds_at_startup=False, guild_ready_timeout=guild_ready_timeout
+            intents=intents, max_messages=None, chunk_guilds_at_startup=False, guild_ready_timeout=guild_ready_timeout,
+            # The default of every request discord.py builds (sends, edits, interaction
+            # responses): a call site that forgets its own still pings nobody.
+            allowed_mentions=NO_MENTIONS,
         )
         self._adapter = adapter
         self.ready = asyncio.Event()
@@ -97,8 +106,19 @@ class _Client(discord.Client):
         # Registered once per client: any card's buttons resolve, also an old process's.
         self.add_dynamic_items(ApprovalButton, ActionButton)
 
+    async def on_connect(self) -> None:
+        # discord.py dispatches "connect" from every READY, i.e. for every new session (a
+        # RESUME dispatches "resumed" instead), before any event of that session.
+        self._adapter._new_session()
+
     async def on_ready(self) -> None:
         self.ready.set()
+        self._adapter._session_ready()
+
+    async def on_resumed(self) -> None:
+        # A session resumed before its on_ready (a drop while guilds still arrived): its
+        # guilds are known all the same; the catch-up must not wait for a READY to come.
+        self._adapter._session_ready()
 
     async def on_message(self, message: discord.Message) -> None:
         await self._adapter._on_message(message)
@@ -131,6 +151,9 @@ class DiscordAdapter(StartsOnce):
         guild_ready_timeout_s: float = 2.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        catch_up: CatchUp = CatchUp(),
+        catch_up_timeout_s: float = 120.0,
     ) -> None:
         self._token = token
         self._api_base, self._gateway_url = api_base, gateway_url
@@ -140,6 +163,8 @@ class DiscordAdapter(StartsOnce):
         self._guild_ready_timeout = guild_ready_timeout_s
         """How long discord.py waits after READY for more guilds before on_ready."""
         self._clock, self._sleep = clock, sleep
+        self._now, self._bounds, self._catch_up_timeout = now, catch_up, catch_up_timeout_s
+        self._catch_up: SessionCatchUp | None = None
         self._state: Literal["new", "running", "closed"] = "new"
         self._client: _Client | None = None
         self._connector: asyncio.Task[None] | None = None
@@ -173,6 +198,11 @@ class DiscordAdapter(StartsOnce):
 
     async def _start(self, handler: InboundHandler) -> None:
         self._handler = handler
+        if handler.channel_cursors is not None:
+            self._catch_up = SessionCatchUp(
+                handler.channel_cursors, self._take, now=self._now, bounds=self._bounds, timeout_s=self._catch_up_timeout
+            )
+            await self._catch_up.load()
         point_at(self._api_base, self._gateway_url)
         client = await self._login(message_content=True)
         if not content_intent_enabled(client.application_flags):
@@ -225,6 +255,8 @@ class DiscordAdapter(StartsOnce):
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._catch_up is not None:
+            await _quietly("catch_up.aclose", self._catch_up.aclose())
         if self._outbox is not None:
             await self._outbox.aclose()
         if self._client is not None:
@@ -250,11 +282,40 @@ class DiscordAdapter(StartsOnce):
     async def _on_message(self, message: discord.Message) -> None:
         if self._state != "running" or self._me is None or self._handler is None:
             return
+        if self._catch_up is not None:
+            await self._catch_up.wait()
+        if self._state == "running":
+            await self._take(message)
+
+    async def _take(self, message: discord.Message) -> None:
+        """A message, live or fetched after a gap, to the handler in its channel's order;
+        its channel's cursor moves past it only once the handler has stored it."""
+        assert self._me is not None and self._handler is not None
+        channel = str(message.channel.id)
         inbound = to_inbound(message, self._me)
-        if inbound is None:
+        if inbound is not None:
+            self._channels.add(channel)
+            await self._in_order(channel, self._handler.receive(inbound))
+        if self._catch_up is not None:
+            self._catch_up.cursors.note(channel, str(message.id))
+
+    # -- catching up after a gap (adapters.discord.catch_up) -------------------------
+
+    async def caught_up(self) -> None:
+        """Returns once no catch-up is running (each message it read is with the handler)."""
+        if self._catch_up is not None:
+            await self._catch_up.wait()
+
+    def _new_session(self) -> None:
+        if self._catch_up is None or self._state != "running" or self._client is None:
             return
-        self._channels.add(str(message.channel.id))
-        await self._in_order(str(message.channel.id), self._handler.receive(inbound))
+        task = self._catch_up.new_session(self._client)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _session_ready(self) -> None:
+        if self._catch_up is not None:
+            self._catch_up.session_ready()
 
     async def _in_order(self, key: str, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` after earlier work of the same channel (asyncio locks are FIFO), and

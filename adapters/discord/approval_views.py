@@ -250,7 +250,7 @@ async def _show(interaction: discord.Interaction, text: str | None) -> None:
     """Edit the pressed card (None: keep its text) and remove its buttons."""
     try:
         if text is None:
-            await interaction.edit_original_response(view=None)
+            await interaction.edit_original_response(view=None, allowed_mentions=NO_MENTIONS)
         else:
             await interaction.edit_original_response(content=text, view=None, allowed_mentions=NO_MENTIONS)
     except discord.HTTPException as exc:

@@ -16,6 +16,7 @@ from bot.storage.approvals import ApprovalRepository
 from bot.storage.audit import AuditRepository
 from bot.storage.base import Clock, utc_now
 from bot.storage.compactions import CompactionRepository
+from bot.storage.cursors import CursorRepository
 from bot.storage.delivery import DeliveryRepository
 from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
@@ -49,6 +50,7 @@ class Storage(
     MetricsRepository,
     CompactionRepository,
     SendRepository,
+    CursorRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.
 

@@ -197,6 +197,15 @@ class SeenUpdateModel(Base):
     seen_at: Mapped[datetime]
 
 
+class ChannelCursorModel(Base):
+    __tablename__ = "channel_cursors"
+
+    platform: Mapped[str] = mapped_column(String(32), primary_key=True)
+    channel_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    message_id: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime]
+
+
 class DeliveryModel(Base):
     __tablename__ = "deliveries"
     __table_args__ = (Index(None, "state"),)

@@ -11,10 +11,20 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
   X-RateLimit headers (nothing takes effect);
 - gateway: HELLO, IDENTIFY (wrong token → close 4004; the Message Content intent without
   the application flag → close 4014), READY + GUILD_CREATE, heartbeat ACK, RESUME replays
-  what was missed; without the Message Content intent guild messages that do not mention
+  what was missed (`refuse_next_resume` answers opcode 9 instead: a new session, nothing
+  replayed); without the Message Content intent guild messages that do not mention
   the bot arrive with empty content, as on Discord;
 - `fail_next(...)` refuses the next matching calls (403 Missing Permissions by default);
+- channel history (GET /channels/{id}/messages) as Discord serves it: newest first, `after`
+  the messages right after it, `before` (or neither) the newest before it, limit 1–100,
+  after+before refused; a message said while no session is connected (the bot stopped,
+  or between a drop and a refused RESUME) is only in the history; `say(at=…)` dates one
+  in the past; `hold_connections` keeps a reconnecting client out while a test fills a gap,
+  `hold_history` keeps history reads waiting (a slow catch-up);
 - `lose_next_answer(...)` carries out the next matching call and cuts the connection;
+- every request that can carry content (sends, edits, interaction responses and follow-ups)
+  must carry `allowed_mentions` that parses nothing: else 400 and it is recorded
+  (`unsuppressed`);
 - a send with `enforce_nonce` and a nonce already used in the channel returns the first
   message instead of posting again (Discord's idempotent send); `forget_nonces()` ends that,
   as the few minutes Discord remembers a nonce do.
@@ -30,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 from aiohttp import WSMsgType, web
@@ -85,6 +96,13 @@ class FakeDiscord(DiscordRest):
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
         self.gateway_closes: list[int] = []
+        self._refuse_resumes = 0
+        self._accepting = threading.Event()
+        self._accepting.set()
+        self._history_open = threading.Event()
+        self._history_open.set()
+        self.history_waiting = 0
+        """History reads waiting for `release_history`."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -176,20 +194,19 @@ class FakeDiscord(DiscordRest):
         mention_bot: bool = False,
         reply_to: str | None = None,
         message_id: str | None = None,
+        at: datetime | None = None,
     ) -> str:
-        """A user posts a message; dispatched as MESSAGE_CREATE. Returns its id."""
+        """A user posts a message; dispatched as MESSAGE_CREATE to the live session (none
+        while the bot is stopped: it stays in the channel's history only). `at` dates it in
+        the past. Returns its id."""
         with self.state.cond:
-            msg = StoredMessage(message_id or snowflake(), channel_id, user_id, content, reference=reply_to)
+            msg = StoredMessage(message_id or snowflake(at), channel_id, user_id, content, reference=reply_to)
+            replied = self.state.messages.get(reply_to or "")
+            if mention_bot or (replied is not None and replied.author_id == self.bot_id):
+                msg.mentions = [self.bot_id]
             self.state.messages[msg.id] = msg
             self.state.order.append(msg.id)
-            payload = self.state.message_payload(msg)
-            if mention_bot:
-                payload["mentions"] = [self.state.user_payload(self.bot_id)]
-            if reply_to is not None and reply_to in self.state.messages:
-                replied = self.state.messages[reply_to]
-                payload["referenced_message"] = self.state.message_payload(replied)
-                if replied.author_id == self.bot_id:
-                    payload["mentions"] = [self.state.user_payload(self.bot_id)]
+            payload = self.state.message_payload(msg)  # with the replied-to message resolved
             channel = self.state.channels[channel_id]
             if channel.guild_id:
                 payload["member"] = {"roles": [], "joined_at": iso_now(), "deaf": False, "mute": False}
@@ -303,6 +320,27 @@ class FakeDiscord(DiscordRest):
         with self.state.cond:
             self._lose.append((method, path_prefix))
 
+    def hold_connections(self) -> None:
+        """New gateway connections wait (no HELLO) until `release_connections`: a gap the
+        test can fill with messages, however fast the client reconnects."""
+        self._accepting.clear()
+
+    def release_connections(self) -> None:
+        self._accepting.set()
+
+    def hold_history(self) -> None:
+        """History reads wait until `release_history` (a slow catch-up)."""
+        self._history_open.clear()
+
+    def release_history(self) -> None:
+        self._history_open.set()
+
+    def refuse_next_resume(self) -> None:
+        """Answer the next RESUME with opcode 9 (invalid session, d=false): the client must
+        IDENTIFY a new session, into which nothing of the gap is replayed."""
+        with self.state.cond:
+            self._refuse_resumes += 1
+
     def drop_gateway(self) -> None:
         """Close the live gateway connection abnormally (the client should RESUME)."""
         self._run(self._drop())
@@ -328,6 +366,12 @@ class FakeDiscord(DiscordRest):
                 and m.author_id == self.bot_id and not m.deleted
                 and bool(m.flags & EPHEMERAL) == ephemeral
             ]
+
+    @property
+    def unsuppressed(self) -> list[str]:
+        """Requests refused for carrying no `allowed_mentions` that suppresses pings."""
+        with self.state.cond:
+            return list(self.state.unsuppressed)
 
     def message(self, message_id: str) -> StoredMessage:
         with self.state.cond:
@@ -375,6 +419,7 @@ class FakeDiscord(DiscordRest):
         return data
 
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.to_thread(self._accepting.wait, 30)
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         await ws.send_str(json.dumps({"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}}))
@@ -425,7 +470,11 @@ class FakeDiscord(DiscordRest):
     async def _resume(self, ws: web.WebSocketResponse, d: dict[str, Any]) -> None:
         self.resumes.append({k: v for k, v in d.items() if k != "token"})
         session = self._sessions.get(d.get("session_id", ""))
-        if d.get("token") != self.token or session is None:
+        with self.state.cond:
+            refused, self._refuse_resumes = self._refuse_resumes > 0, max(0, self._refuse_resumes - 1)
+        if d.get("token") != self.token or session is None or refused:
+            if session is not None:
+                self._sessions.pop(session.id, None)  # its missed events are gone with it
             await ws.send_str(json.dumps({"op": 9, "d": False}))
             return
         session.ws = ws

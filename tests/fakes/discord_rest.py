@@ -4,7 +4,9 @@ state it reads (see that module's docstring for what is enforced)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,16 +61,24 @@ class DiscordRest:
         _rate_limits: list[_RateLimit]
         _lose: list[tuple[str, str]]
         _failures: list[_Failure]
+        _history_open: threading.Event
+        history_waiting: int
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"]
         body = await _body(request)
+        if request.method == "GET" and path.endswith("/messages") and not self._history_open.is_set():
+            with self.state.cond:
+                self.history_waiting += 1
+            self.state.changed()
+            await asyncio.to_thread(self._history_open.wait, 30)
         open_route = path.startswith(("/interactions/", "/webhooks/"))
         authorized = request.headers.get("Authorization") == f"Bot {self.token}"
         status, headers, payload = 200, {}, None
         try:
             if not open_route and not authorized:
                 raise DiscordError(401, 0, "401: Unauthorized")
+            self._check_mentions(request.method, path, body)
             failure = self._take_failure(request.method, path)
             if failure is not None:  # refused before anything took effect
                 raise DiscordError(failure.status, failure.code, f"{failure.status}: {failure.message}")
@@ -107,6 +117,18 @@ class DiscordRest:
             body=json.dumps(payload).encode(), status=status,
             headers={**headers, "Content-Type": "application/json"},
         )
+
+    def _check_mentions(self, method: str, path: str, body: dict[str, Any]) -> None:
+        """Every request that can carry content must suppress pings itself (Discord would
+        ping on a missing field, not refuse it: the fake refuses and records it, so a test
+        notices). Checked on the request, never on the stored message."""
+        message = message_body(method, path, body)
+        if message is None or suppresses_pings(message.get("allowed_mentions")):
+            return
+        with self.state.cond:
+            self.state.unsuppressed.append(f"{method} {path}")
+        raise DiscordError(400, 50035, "Invalid Form Body (fake Discord: allowed_mentions must parse nothing)",
+                           {"allowed_mentions": {"_errors": [{"code": "ROOST_PINGS", "message": "missing or pings"}]}})
 
     def _take_loss(self, method: str, path: str) -> bool:
         with self.state.cond:
@@ -170,9 +192,8 @@ class DiscordRest:
                 self._channel(cid)
                 return s.message_payload(self._create(cid, body))
             case "GET", ["channels", cid, "messages"]:
-                limit = int(query.get("limit", 50))
-                mine = [s.messages[m] for m in s.order if s.messages[m].channel_id == cid and not s.messages[m].deleted]
-                return [s.message_payload(m) for m in reversed(mine[-limit:])]
+                self._channel(cid)
+                return [s.message_payload(m) for m in self._history(cid, query)]
             case "GET", ["channels", cid, "messages", mid]:
                 return s.message_payload(self._message(cid, mid))
             case "PATCH", ["channels", cid, "messages", mid]:
@@ -190,6 +211,35 @@ class DiscordRest:
             case "POST", ["webhooks", _, token]:
                 return self._followup(token, body)
         raise DiscordError(404, 0, f"404: Not Found ({method} {path})")
+
+    def _history(self, cid: str, query: Any) -> list[StoredMessage]:
+        """Discord's channel history: `limit` 1–100 (default 50); with `after` the `limit`
+        messages right after it, with `before` (or neither) the `limit` right before it (the
+        newest); `around` is not served. Always newest first, as Discord answers."""
+        if "around" in query:
+            raise DiscordError(400, 0, "fake Discord: history `around` is not served")
+        if "after" in query and "before" in query:  # Discord: mutually exclusive
+            raise _form_error("before", "before, after and around are mutually exclusive.")
+        try:
+            limit = int(query.get("limit", 50))
+            after = int(query["after"]) if "after" in query else None
+            before = int(query["before"]) if "before" in query else None
+        except ValueError:
+            raise _form_error("limit", "Value is not a snowflake or int.") from None
+        if not 1 <= limit <= 100:
+            raise _form_error("limit", "int value should be less than or equal to 100.")
+        s = self.state
+        mine = sorted(
+            (m for m in s.messages.values() if m.channel_id == cid and not m.deleted and not m.flags & EPHEMERAL),
+            key=lambda m: int(m.id),
+        )
+        if before is not None:
+            mine = [m for m in mine if int(m.id) < before]
+        if after is not None:
+            page = [m for m in mine if int(m.id) > after][:limit]
+        else:
+            page = mine[-limit:]
+        return list(reversed(page))
 
     def _app_info(self) -> dict[str, Any]:
         return {
@@ -313,6 +363,30 @@ class DiscordRest:
         message = self._create(interaction.channel_id, body)
         interaction.followups.append({"content": message.content, "flags": message.flags, "id": message.id})
         return self.state.message_payload(message)
+
+
+def message_body(method: str, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The part of a request that can carry message content, or None for other requests:
+    message sends and edits, webhook (interaction follow-up) sends and edits, and the
+    interaction responses that post or update a message (types 4 and 7)."""
+    parts = path.strip("/").split("/")
+    match method, parts:
+        case "POST", ["channels", _, "messages"] | ["webhooks", _, _]:
+            return body
+        case "PATCH", ["channels", _, "messages", _] | ["webhooks", _, _, "messages", _]:
+            return body
+        case "POST", ["interactions", _, _, "callback"] if int(body.get("type") or 0) in (4, 7):
+            data = body.get("data")
+            return data if isinstance(data, dict) else {}
+    return None
+
+
+def suppresses_pings(allowed: Any) -> bool:
+    """`allowed_mentions` that lets nobody be pinged: parses nothing, lists nobody."""
+    return (
+        isinstance(allowed, dict) and allowed.get("parse") == []
+        and not allowed.get("users") and not allowed.get("roles") and not allowed.get("replied_user")
+    )
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

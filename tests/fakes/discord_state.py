@@ -21,10 +21,15 @@ _EPOCH_MS = 1420070400000
 _counter = itertools.count(1)
 
 
-def snowflake() -> str:
-    """A fresh, increasing snowflake (ms since Discord's epoch << 22, plus a counter)."""
-    now_ms = int(datetime.now(UTC).timestamp() * 1000) - _EPOCH_MS
+def snowflake(at: datetime | None = None) -> str:
+    """A fresh, increasing snowflake (ms since Discord's epoch << 22, plus a counter); `at`
+    dates it (a message written in the past)."""
+    now_ms = int((at or datetime.now(UTC)).timestamp() * 1000) - _EPOCH_MS
     return str((now_ms << 22) | (next(_counter) & 0x3FFFFF))
+
+
+def snowflake_time(snowflake_id: str) -> datetime:
+    return datetime.fromtimestamp(((int(snowflake_id) >> 22) + _EPOCH_MS) / 1000, UTC)
 
 
 def iso_now() -> str:
@@ -59,6 +64,8 @@ class StoredMessage:
     deleted: bool = False
     reference: str | None = None
     nonce: str | None = None
+    mentions: list[str] = field(default_factory=list)
+    """User ids the message mentions (Discord resolves them into `mentions`)."""
 
     @property
     def custom_ids(self) -> dict[str, str]:
@@ -113,6 +120,8 @@ class State:
         self.calls: list[Call] = []
         self.interactions: dict[str, Interaction] = {}
         self.commands: list[dict[str, Any]] = []
+        self.unsuppressed: list[str] = []
+        """Requests refused for lacking `allowed_mentions` that suppresses pings."""
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     def changed(self) -> None:
@@ -170,18 +179,18 @@ class State:
             data["recipients"] = [self.user_payload(channel.recipient_id)]
         return data
 
-    def message_payload(self, message: StoredMessage) -> dict[str, Any]:
+    def message_payload(self, message: StoredMessage, *, nest: bool = True) -> dict[str, Any]:
         channel = self.channels.get(message.channel_id)
         data: dict[str, Any] = {
             "id": message.id,
             "channel_id": message.channel_id,
             "author": self.user_payload(message.author_id),
             "content": message.content,
-            "timestamp": iso_now(),
+            "timestamp": snowflake_time(message.id).isoformat(),
             "edited_timestamp": iso_now() if message.edits else None,
             "tts": False,
             "mention_everyone": False,
-            "mentions": [],
+            "mentions": [self.user_payload(u) for u in message.mentions if u in self.users],
             "mention_roles": [],
             "attachments": message.attachments,
             "embeds": [],
@@ -194,4 +203,7 @@ class State:
             data["guild_id"] = channel.guild_id
         if message.reference is not None:
             data["message_reference"] = {"message_id": message.reference, "channel_id": message.channel_id}
+            replied = self.messages.get(message.reference)
+            if replied is not None and nest:  # Discord resolves one level
+                data["referenced_message"] = self.message_payload(replied, nest=False)
         return data

@@ -1,0 +1,128 @@
+"""Catching up after a gap: the port through which an adapter keeps, per channel, the newest
+message it has handed to the inbox, and the keeper that saves those cursors off the
+message path.
+
+For platforms whose gateway replays nothing into a new session (Discord: a new process, or
+a RESUME the gateway refused). The adapter fetches what came after each watched channel's
+cursor (`Watched`), bounded by `CatchUp` (newest `max_messages`, not older than
+`max_age`), and hands it to `InboundHandler.receive` like a live message; the inbox's
+seen-update check keeps each message once, however often it is fetched. What lay beyond
+the bound is told to the owner in one line (`ChannelCursors.report_missed`).
+
+Invariant: a cursor never passes a message that is not stored — the adapter notes a message
+only after `receive` returned for it. Saving lags behind noting (`CursorKeeper` coalesces
+a burst into one write); a cursor lost to a crash is only older, never newer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    max_messages: int = 100
+    max_age: timedelta = timedelta(hours=24)
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """What an adapter catches up on: DMs of these users, these channels (with their active
+    threads), every channel of these spaces; "*" in channels or spaces means all."""
+
+    users: frozenset[str] = field(default_factory=frozenset)
+    channels: frozenset[str] = field(default_factory=frozenset)
+    spaces: frozenset[str] = field(default_factory=frozenset)
+
+
+class ChannelCursors(Protocol):
+    """Implemented by the composition root over its database."""
+
+    async def load(self, platform: str) -> dict[str, str]:
+        """Channel id → the newest message id handed to the inbox (as saved)."""
+        ...
+
+    async def save(self, platform: str, cursors: Mapping[str, str]) -> None:
+        """Persist these cursors (each only ever moves forward)."""
+        ...
+
+    async def watched(self, platform: str) -> Watched:
+        """The owners' and paired users' DMs, the allowed channels and spaces."""
+        ...
+
+    async def report_missed(self, platform: str, text: str) -> None:
+        """Tell the owner, in one message, what a catch-up could not bring back."""
+        ...
+
+
+class CursorKeeper:
+    """Cursors noted in memory, saved by one background task that coalesces bursts.
+
+    `note` never waits on the database; `aclose` saves what is still unsaved. Ids are
+    compared as integers (snowflakes grow with time)."""
+
+    def __init__(self, platform: str, store: ChannelCursors) -> None:
+        self._platform, self._store = platform, store
+        self._cursors: dict[str, str] = {}
+        self._dirty: dict[str, str] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def load(self) -> dict[str, str]:
+        self._cursors = dict(await self._store.load(self._platform))
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._save_loop(), name="cursor-keeper")
+        return dict(self._cursors)
+
+    def get(self, channel_id: str) -> str | None:
+        return self._cursors.get(channel_id)
+
+    def note(self, channel_id: str, message_id: str) -> None:
+        current = self._cursors.get(channel_id)
+        if current is not None and int(current) >= int(message_id):
+            return
+        self._cursors[channel_id] = self._dirty[channel_id] = message_id
+        self._wake.set()
+
+    async def _save_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        batch, self._dirty = self._dirty, {}
+        if not batch:
+            return
+        try:
+            await self._store.save(self._platform, batch)
+        except BaseException as exc:  # kept for the next try (aclose's too); an old cursor only re-fetches
+            for channel, message in batch.items():
+                self._dirty.setdefault(channel, message)
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("catch_up.cursor_save_failed", exc_info=True)
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        await self._flush()
+
+
+def missed_line(places: list[str], bounds: CatchUp) -> str:
+    """The owner's one line: where messages could not be brought back after a gap."""
+    hours = bounds.max_age.total_seconds() / 3600
+    return (
+        f"While I was offline, messages older than {hours:g} h or beyond the newest "
+        f"{bounds.max_messages} per chat were not answered: {'; '.join(places)}. "
+        "Ask again if something still matters."
+    )
