@@ -25,7 +25,6 @@ from agent_core.events import (
     RunFailed,
     RunFinished,
     TextDelta,
-    ThinkingDelta,
     ToolFinished,
     ToolStarted,
     TurnEnded,
@@ -206,33 +205,21 @@ class ConsoleAdapter:
             self._write(f"(approval {decision})\n")
 
 
-DIM_THINKING = "\x1b[2mthinking…\x1b[0m"
-"""Printed once when the model starts thinking; its reasoning is not printed."""
-
-
 class ConsoleReply:
     def __init__(self, console: ConsoleAdapter) -> None:
         self._c = console
         self._started = False
-        self._thinking = False
 
     async def handle(self, event: Event) -> None:
         c = self._c
         match event:
-            case ThinkingDelta():
-                if not self._thinking and not self._started:
-                    self._thinking = True
-                    c._line_break()
-                    c._write(f"  {DIM_THINKING}\n")
             case TextDelta(text=text):
-                self._thinking = False
                 if not self._started:
                     c._line_break()
                     c._write("roost> ")
                     self._started = True
                 c._write(text)
             case TurnEnded():
-                self._thinking = False
                 if self._started:
                     c._line_break()
                     self._started = False

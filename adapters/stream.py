@@ -10,9 +10,8 @@ Contract of `StreamRenderer` (one per run):
   edit is only made when the content differs from what was delivered (no "not modified");
 - past the chunk target the message is closed at the best break (its final payload never
   changes again) and the text continues in a new message; messages are sent in order;
-- tool status lines, and "💭 thinking…" while the model thinks (`ThinkingDelta`, replaced by
-  the answer's text as soon as it comes), sit at the end of the open message while the run
-  goes on and are removed from the final text — the reasoning itself is never shown; the final text is exactly `plan_chunks(answer)`, plus a
+- tool status lines sit at the end of the open message while the run goes on and are
+  removed from the final text; the final text is exactly `plan_chunks(answer)`, plus a
   notice on failure or cancellation, or `empty_text` when there was no answer at all;
 - `RateLimited` pauses the outbox and the same message is retried with the newest text;
   `FormattingRejected` resends the chunk as plain text; a message deleted by the user
@@ -215,7 +214,6 @@ class StreamRenderer:
             return
         match event:
             case TextDelta(text=text):
-                layout.board.thinking_done()
                 layout.append(text)
                 if not self._gate_open:
                     # Text that overflowed into a second part is well past the threshold.
@@ -224,8 +222,6 @@ class StreamRenderer:
                     elif text.strip():
                         self._content_arrived()
             case TurnEnded():
-                if layout.board.thinking_done():
-                    layout.open_part.dirty = True
                 layout.turn_ended()
                 if not self._gate_open and layout.source.strip():
                     self._gate_open = True
@@ -242,7 +238,7 @@ class StreamRenderer:
                 if not layout.board.apply(event):
                     return
                 layout.open_part.dirty = True
-                if event.type in ("tool_started", "approval_requested", "thinking_delta"):
+                if event.type in ("tool_started", "approval_requested"):
                     self._content_arrived()
         self._schedule()
 

@@ -33,11 +33,8 @@ from agent_core.llm import (
     MessageComplete,
     StreamItem,
     TextChunk,
-    ThinkingChunk,
 )
-from agent_core.server_tools import SERVER_BLOCK_TYPES
 from agent_core.text import clean_json, clean_text
-from agent_core.thinking import THINKING_TYPES, without_thinking
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -82,13 +79,10 @@ class AnthropicLLM:
             "model": request.model,
             "max_tokens": request.max_tokens,
             "system": request.system,
-            # Without thinking, a tool loop's turn holding thinking would be refused.
-            "messages": request.messages if request.thinking else without_thinking(request.messages),
+            "messages": request.messages,
         }
         if request.tools:
             kwargs["tools"] = request.tools
-        if request.thinking:
-            kwargs["thinking"] = request.thinking  # never with `temperature` (Roost sends none)
         # The wait for the response's headers counts as a stall too.
         stream = await self._within_stall(self._client.messages.create(stream=True, **kwargs))
         blocks: dict[int, dict[str, Any]] = {}
@@ -115,11 +109,9 @@ class AnthropicLLM:
                     usage = _usage(event.message.usage)
                 elif kind == "content_block_start":
                     block = event.content_block.model_dump(exclude_none=True)
-                    if block.get("type") in ("tool_use", "server_tool_use"):
+                    if block.get("type") == "tool_use":
                         block["input"] = {}
                         partial_json[event.index] = []
-                    elif block.get("type") in THINKING_TYPES:
-                        yield ThinkingChunk("")  # the chat shows that the model thinks
                     blocks[event.index] = block
                 elif kind == "content_block_delta":
                     delta = event.delta
@@ -133,13 +125,6 @@ class AnthropicLLM:
                             yield TextChunk(text)
                     elif delta.type == "input_json_delta":
                         partial_json.setdefault(event.index, []).append(delta.partial_json)
-                    elif delta.type == "thinking_delta":
-                        # Kept exactly as sent: the signature covers it.
-                        blocks[event.index]["thinking"] = blocks[event.index].get("thinking", "") + delta.thinking
-                        if delta.thinking:
-                            yield ThinkingChunk(delta.thinking)
-                    elif delta.type == "signature_delta":
-                        blocks[event.index]["signature"] = blocks[event.index].get("signature", "") + delta.signature
                 elif kind == "content_block_stop" and event.index in held:
                     text = clean_text(held.pop(event.index))
                     blocks[event.index]["text"] = blocks[event.index].get("text", "") + text
@@ -152,7 +137,6 @@ class AnthropicLLM:
                             event.usage.output_tokens or usage.output_tokens,
                             usage.cache_read_input_tokens,
                             usage.cache_creation_input_tokens,
-                            _web_searches(event.usage) or usage.web_search_requests,
                         )
         if not stopped:
             # A proxy or a dying server can end the body cleanly mid-answer: without
@@ -204,16 +188,7 @@ def _finish_blocks(
             if problem is not None:
                 malformed.append(MalformedToolUse(tool_id, name, raw, problem, len(content)))
             content.append({"type": "tool_use", "id": tool_id, "name": name, "input": clean_json(parsed)})
-        elif kind in THINKING_TYPES:
-            # Stored and sent back byte for byte: the API checks the signature.
-            content.append(block)
-        elif kind in SERVER_BLOCK_TYPES:
-            # Run by the service; its results go back unchanged (encrypted_content included).
-            if kind == "server_tool_use":
-                parsed, _ = _parse_tool_input("".join(partial_json.get(index, [])))
-                block = {**block, "input": parsed}
-            content.append(block)
-        # other block types are not produced without being asked for
+        # thinking and other block types are not produced without being asked for
     return content, malformed
 
 
@@ -237,13 +212,7 @@ def _usage(raw: Any) -> Usage:
         raw.output_tokens or 0,
         getattr(raw, "cache_read_input_tokens", 0) or 0,
         getattr(raw, "cache_creation_input_tokens", 0) or 0,
-        _web_searches(raw),
     )
-
-
-def _web_searches(raw: Any) -> int:
-    server = getattr(raw, "server_tool_use", None)
-    return int(getattr(server, "web_search_requests", 0) or 0)
 
 
 def translate_error(exc: anthropic.APIError) -> LLMError:

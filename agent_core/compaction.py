@@ -29,9 +29,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from agent_core.events import Usage
-from agent_core.llm import LLMClient, LLMRequest, MessageComplete
-from agent_core.prompt import frame_untrusted
-from agent_core.thinking import THINKING_TYPES
+from agent_core.llm import LLMClient, LLMRequest, MessageComplete, TextChunk
 from agent_core.transcript import repair, size_of
 
 log = logging.getLogger(__name__)
@@ -191,15 +189,6 @@ def render(messages: list[dict[str, Any]], max_chars: int) -> str:
                 body = block.get("content")
                 text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
                 lines.append(f"Tool result{' (error)' if block.get('is_error') else ''}: {text}")
-            elif kind in THINKING_TYPES:
-                continue  # the model's private reasoning: not part of the conversation's record
-            elif kind == "server_tool_use":
-                lines.append(f"Assistant searched the web: {json.dumps(block.get('input'), ensure_ascii=False)}")
-            elif kind == "web_search_tool_result":
-                # Titles and addresses from the web, text Roost adds to the prompt: framed.
-                found = [f"{r.get('title', '')} <{r.get('url', '')}>" for r in block.get("content") or []
-                         if isinstance(r, dict)]  # fmt: skip
-                lines.append("Web search results: " + frame_untrusted("\n".join(found) or "(none)", "web_search"))
             else:
                 lines.append(f"{who}: [{kind}]")
     per_line = max(400, max_chars // max(1, len(lines)))
@@ -377,7 +366,7 @@ class Compactor:
     async def _complete(self, request: LLMRequest, call: CompactionCall) -> MessageComplete:
         done: MessageComplete | None = None
         async for item in self._llm.stream(request):
-            if isinstance(item, MessageComplete):  # text and thinking chunks are not shown here
+            if not isinstance(item, TextChunk):
                 done = item
         if done is None:
             raise ValueError("the model sent no answer")

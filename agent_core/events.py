@@ -15,8 +15,6 @@ class Usage:
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
-    web_search_requests: int = 0
-    """Searches the service's web search tool ran (usage.server_tool_use), billed per search."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -24,7 +22,6 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_read_input_tokens + other.cache_read_input_tokens,
             self.cache_creation_input_tokens + other.cache_creation_input_tokens,
-            self.web_search_requests + other.web_search_requests,
         )
 
 
@@ -39,16 +36,6 @@ class RunStarted:
 class TextDelta:
     text: str
     type: Literal["text_delta"] = "text_delta"
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkingDelta:
-    """The model is thinking (shown as a "💭 thinking…" status). `text` is summarised
-    reasoning as it arrives, "" when thinking starts or is redacted; it is never part of the
-    answer (RunFinished.text)."""
-
-    text: str
-    type: Literal["thinking_delta"] = "thinking_delta"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +152,6 @@ class WorkersChanged:
 Event = (
     RunStarted
     | TextDelta
-    | ThinkingDelta
     | TurnEnded
     | ToolStarted
     | ToolFinished

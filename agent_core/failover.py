@@ -45,9 +45,7 @@ from agent_core.llm import (
     MessageComplete,
     StreamItem,
     TextChunk,
-    ThinkingChunk,
 )
-from agent_core.thinking import THINKING_TYPES
 from agent_core.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -138,7 +136,7 @@ class FailoverLLM:
         # Whitespace the user already saw (not sent: the API refuses it at the end of a
         # prefill) is not shown twice when the continuation starts with its own.
         skip_ws = bool(prefill) and prefill != base
-        attempt = replace(request, model=model, messages=messages)  # thinking and all
+        attempt = LLMRequest(model, request.system, request.tools, messages, request.max_tokens)
         limit = self._slow_s if has_next else None
         items = self._inner.stream(attempt).__aiter__()
         first = True
@@ -155,9 +153,6 @@ class FailoverLLM:
                     if text:
                         view.shown += text
                         yield TextChunk(text)
-                    continue
-                if isinstance(item, ThinkingChunk):
-                    yield item  # shown as a status, never part of the answer's text
                     continue
                 done = _merged(item, base, skip_ws=prefill != base) if prefill else item
                 if model != request.model and _is_final(done):
@@ -216,16 +211,13 @@ def _merged(done: MessageComplete, base: str, *, skip_ws: bool) -> MessageComple
     text block, so what is stored is what the user saw."""
     content: list[dict[str, Any]] = [dict(b) for b in done.content]
     malformed = list(done.malformed)
-    # A turn's thinking leads it (the API's rule): the shown text goes after it.
-    at = next((i for i, b in enumerate(content) if b.get("type") not in THINKING_TYPES), len(content))
-    if at < len(content) and content[at].get("type") == "text":
-        rest = content[at].get("text", "")
-        content[at]["text"] = base + (rest.lstrip() if skip_ws else rest)
+    if content and content[0].get("type") == "text":
+        rest = content[0].get("text", "")
+        content[0]["text"] = base + (rest.lstrip() if skip_ws else rest)
     elif base.strip():
-        content.insert(at, {"type": "text", "text": base})
+        content.insert(0, {"type": "text", "text": base})
         malformed = [
-            replace(m, block_index=m.block_index + 1) if m.block_index is not None and m.block_index >= at else m
-            for m in malformed
+            replace(m, block_index=m.block_index + 1) if m.block_index is not None else m for m in malformed
         ]
     return replace(done, content=content, malformed=malformed)
 

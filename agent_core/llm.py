@@ -98,21 +98,10 @@ class LLMRequest:
     tools: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     max_tokens: int = 4096
-    thinking: dict[str, Any] | None = None
-    """The `thinking` parameter (agent_core.thinking.Thinking.param); None: none is sent, and
-    thinking blocks are left out of what is sent (agent_core.thinking.without_thinking)."""
 
 
 @dataclass(frozen=True, slots=True)
 class TextChunk:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkingChunk:
-    """The model is thinking: summarised reasoning as it arrives ("" when a thinking block
-    starts, or for redacted thinking). Never part of the answer's text."""
-
     text: str
 
 
@@ -136,11 +125,10 @@ class MessageComplete:
     malformed: list[MalformedToolUse] = field(default_factory=list)
 
 
-StreamItem = TextChunk | ThinkingChunk | MessageComplete
+StreamItem = TextChunk | MessageComplete
 
 
 class LLMClient(Protocol):
     def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
-        """Yield text (and thinking) chunks as they arrive, then exactly one MessageComplete;
-        raise LLMError."""
+        """Yield text chunks as they arrive, then exactly one MessageComplete; raise LLMError."""
         ...

@@ -23,16 +23,13 @@ from agent_core.events import (
     RunFinished,
     RunStarted,
     TextDelta,
-    ThinkingDelta,
     TurnEnded,
     Usage,
 )
-from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk, ThinkingChunk
+from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk
 from agent_core.ports import AgentStore
 from agent_core.prompt import ContextParts, cache_layout, request_messages, system_blocks, tool_definitions
 from agent_core.risk import Scope
-from agent_core.server_tools import ServerToolSource
-from agent_core.thinking import OFF, Thinking
 from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
 from agent_core.tools import Messenger, ToolContext, ToolRegistry
 from agent_core.text import clean_json, is_clean
@@ -66,8 +63,6 @@ class LoopConfig:
     with today's log as of the conversation's start (workspace.context.LogCutoffs), 96.0 % of
     prompt tokens after the first request are read from cache over a 30-message session
     instead of 52.9 % (bench/bench_cache.py). False only to measure the old layout."""
-    thinking: Thinking = OFF
-    """ROOST_AGENT__THINKING (agent_core.thinking): off sends no `thinking` parameter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +106,7 @@ class AgentLoop:
         pinned: PinnedSource | None = None,
         compactor: Compactor | None = None,
         between_turns: BetweenTurns | None = None,
-        server_tools: ServerToolSource | None = None,
     ) -> None:
-        self._server_tools = server_tools
         self._pinned = pinned
         self.between_turns = between_turns
         self.compactor = compactor
@@ -128,7 +121,7 @@ class AgentLoop:
         # Per model: the history budget a "prompt is too long" taught us, so later runs fit
         # at once instead of paying a refused request each.
         self._learned_budget: dict[str, int] = {}
-        self._tool_defs: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        self._tool_defs: tuple[tuple[str, ...], list[dict[str, Any]]] | None = None
 
     async def run(self, request: RunRequest) -> AsyncIterator[Event]:
         """Yield the run's events: RunStarted first, RunFinished or RunFailed last.
@@ -180,10 +173,7 @@ class AgentLoop:
             state.taken = tool_use_ids(history)
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
-            # Server tools (web search) are decided per scope and session when offered: the
-            # service runs them without asking Roost (agent_core.server_tools).
-            offered = self._server_tools(request.scope, request.session_key) if self._server_tools else []
-            tool_defs = self._tool_definitions(offered)
+            tool_defs = self._tool_definitions()
             ctx = self._tool_context(request)
             ctx.emit = emit  # tools such as `plan` report progress as typed events
             if self.compactor is not None:
@@ -360,7 +350,7 @@ class AgentLoop:
         sent = self._sendable(messages, state)
         laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
         try:
-            return await self._stream(self._request(model, laid), state, emit)
+            return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
         except LLMBadRequest as exc:
             if state.trimmed or state.streamed:
                 raise
@@ -372,24 +362,15 @@ class AgentLoop:
                 self._learned_budget[model] = min(self._learned_budget.get(model, state.budget), state.budget)
         sent = self._sendable(messages, state)
         laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
-        return await self._stream(self._request(model, laid), state, emit)
+        return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
 
-    def _request(
-        self, model: str, laid: tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
-    ) -> LLMRequest:
-        thinking = self.config.thinking
-        return LLMRequest(model, *laid, thinking.max_tokens(self.config.max_tokens), thinking=thinking.param())
-
-    def _tool_definitions(self, server: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-        server = server or []
+    def _tool_definitions(self) -> list[dict[str, Any]]:
         # Built once per tool set: copying every schema on every run cost milliseconds, and
         # the same list keeps the cached prompt prefix byte-identical. Never mutated.
-        key = (*self._tools.names(), "\x1e", *(json.dumps(t, sort_keys=True) for t in server))
-        if key not in self._tool_defs:
-            if len(self._tool_defs) > 8:  # tool sets change rarely (a hot reload): keep a few
-                self._tool_defs.clear()
-            self._tool_defs[key] = tool_definitions([*self._tools.schemas(), *server])
-        return self._tool_defs[key]
+        names = tuple(self._tools.names())
+        if self._tool_defs is None or self._tool_defs[0] != names:
+            self._tool_defs = (names, tool_definitions(self._tools.schemas()))
+        return self._tool_defs[1]
 
     async def _finish(self, request: RunRequest, state: _RunState, status: str, stop_reason: str) -> None:
         """Close the run, storing its final answer in the same transaction. Shielded: a
@@ -420,8 +401,6 @@ class AgentLoop:
                 state.streamed = True
                 state.text += item.text
                 await emit(TextDelta(item.text))
-            elif isinstance(item, ThinkingChunk):
-                await emit(ThinkingDelta(item.text))  # a status in the chat, never the answer
             else:
                 done = item
         assert done is not None, "LLMClient.stream must end with MessageComplete"

@@ -1,7 +1,7 @@
 """Prompt-cache hit ratio of a multi-turn session, with the fake Messages API's cache simulation.
 
 Run: .venv/bin/python bench/bench_cache.py [--messages 30] [--tool-every 4] [--minutes-between 2]
-     [--layout system|tail|both] [--thinking off|adaptive|both] [--whole-log] [--no-log-growth]
+     [--layout system|tail|both] [--whole-log] [--no-log-growth]
 
 The whole app (bot.app.build, real storage, loop and anthropic SDK) talks to the fake, which
 simulates prompt caching like the service (tests/fakes/anthropic_usage.py: a request reads
@@ -13,9 +13,7 @@ kind, the worst request, and what /usage shows for the session.
 
 Layouts: `tail` (the default since LoopConfig.volatile_in_tail is on) sends the clock, today's
 log and the pinned goal after the conversation's cache breakpoint; `system` is the earlier
-layout (before the conversation). `--thinking adaptive` turns thinking on: every answer then
-starts with a signed thinking block (the fake adds one), which goes back whole in every later
-request (`both`, the default for the tail layout, measures off and on). `--whole-log` shows the whole of today's log on every
+layout (before the conversation). `--whole-log` shows the whole of today's log on every
 request, as before workspace.context.LogCutoffs (the log as of the conversation's start).
 """
 
@@ -63,12 +61,11 @@ def responder(tool_every: int) -> Any:
     return answer
 
 
-async def session(args: argparse.Namespace, tail: bool, thinking: str = "off") -> tuple[list[dict[str, Any]], str]:
+async def session(args: argparse.Namespace, tail: bool) -> tuple[list[dict[str, Any]], str]:
     messages, tool_every = args.messages, args.tool_every
     with FakeAnthropic() as fake, tempfile.TemporaryDirectory() as tmp:
         fake.responder = responder(tool_every)
-        agent = {"thinking": thinking}
-        async with running_app(Path(tmp), fake, agent=agent) as (app, adapter):  # the owner: no [limits]
+        async with running_app(Path(tmp), fake) as (app, adapter):  # the owner: no [limits]
             app.agent.config = dataclasses.replace(app.agent.config, volatile_in_tail=tail)
             # The prompt's clock, moved on between messages as a person's pace would.
             start = datetime.now(UTC).replace(hour=9, minute=0)
@@ -141,28 +138,22 @@ def main() -> None:
     parser.add_argument("--tool-every", type=int, default=4)
     parser.add_argument("--layout", choices=["system", "tail", "both"], default="both",
                         help="volatile context in the system (today's default) or after the history")
-    parser.add_argument("--thinking", choices=["off", "adaptive", "both"], default="both",
-                        help="ROOST_AGENT__THINKING for the run(s); both: off and adaptive (tail layout)")
     parser.add_argument("--minutes-between", type=int, default=2, help="the prompt clock's step per message")
     parser.add_argument("--whole-log", action="store_true", help="the whole of today's log on every request")
     parser.add_argument("--no-log-growth", action="store_true", help="drop today's log after each run")
     args = parser.parse_args()
-    thinking = ("off", "adaptive") if args.thinking == "both" else (args.thinking,)
     for layout in ("system", "tail") if args.layout == "both" else (args.layout,):
-        for mode in thinking if layout == "tail" else thinking[:1]:
-            report(args, layout, mode)
+        report(args, layout)
 
 
-def report(args: argparse.Namespace, layout: str, thinking: str = "off") -> None:
-    bodies, usage = asyncio.run(session(args, layout == "tail", thinking))
+def report(args: argparse.Namespace, layout: str) -> None:
+    bodies, usage = asyncio.run(session(args, layout == "tail"))
     m = measure(bodies)
-    thought = sum(1 for b in bodies for msg in b["messages"] if msg["role"] == "assistant"
-                  for x in msg["content"] if x.get("type") == "thinking")  # fmt: skip
     worst_n, worst_u, worst_total = m["worst"]
     log = "dropped after each run" if args.no_log_growth else "growing, sent whole" if args.whole_log else (
         "growing, sent as of the conversation's start")
-    print(f"layout {layout}, thinking {thinking}: {args.messages} messages {args.minutes_between} min apart, "
-          f"today's log {log}, {m['requests']} model requests ({thought} thinking blocks sent back)")
+    print(f"layout {layout}: {args.messages} messages {args.minutes_between} min apart, today's log {log}, "
+          f"{m['requests']} model requests")
     print(f"cache hit ratio after the first request: {m['ratio']:.1%} (target ≥ 95 %)")
     print(f"  first request of a run: {m['first_of_run']}; after tool results: {m['after_tools']}")
     print(f"  worst: request {worst_n}: {worst_u.cache_read_input_tokens:,} of {worst_total:,} tokens read")

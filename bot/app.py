@@ -32,7 +32,6 @@ from bot import breaker_report
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
 from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
-from agent_core.server_tools import WEB_SEARCH, server_tools
 from agent_core.tool_runner import CallCounts, ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.channel_cursors import StoredCursors
@@ -219,7 +218,7 @@ async def build(
         for record in expired_at_start:
             log.info("approval.expired_at_start", extra={"approval": record.id})
         # [policy] and [limits] of roost.toml, hot-reloaded; everything below reads them live.
-        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=[*registry.names(), WEB_SEARCH])
+        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=registry.names())
         await live.start()
         stack.push_async_callback(live.aclose)
         call_counts = CallCounts()  # a run's tool calls and its workers' count against one cap
@@ -236,8 +235,7 @@ async def build(
             )
 
         loop_config = LoopConfig(
-            model=settings.agent.model, max_turns=settings.agent.max_turns, max_tokens=settings.agent.max_tokens,
-            thinking=settings.agent.thinking_config(),
+            model=settings.agent.model, max_turns=settings.agent.max_turns, max_tokens=settings.agent.max_tokens
         )
         def worker_limits() -> WorkerLimits:
             w = live.limits.workers
@@ -285,8 +283,6 @@ async def build(
             tool_context=tool_context,
             config=loop_config,
             pinned=lambda request: plans.pinned(request.session_key),  # goal lock + current step
-            # Web search is offered where the live policy allows it, decided per run.
-            server_tools=lambda scope, key: server_tools(live.policy, scope, key, web_search=settings.agent.web_search),
             compactor=Compactor(llm, storage, CompactionConfig(
                 context_window_tokens=settings.agent.context_window_tokens, compact_at=settings.agent.compact_at,
                 keep_recent_tokens=settings.agent.compact_keep_tokens, timeout_s=settings.agent.compact_timeout_s,

@@ -187,10 +187,9 @@ async def _exec_sandbox(settings: Settings) -> Check:
 def _policy(settings: Settings) -> Check:
     """The [policy] in effect (hot-reloaded while running; this is what the file says now)."""
     from agent_core.builtin_tools import default_tools
-    from agent_core.server_tools import WEB_SEARCH
     from bot.live_config import describe_policy
 
-    lines, warnings = describe_policy(settings.policy, [*(t.name for t in default_tools()), WEB_SEARCH])
+    lines, warnings = describe_policy(settings.policy, [t.name for t in default_tools()])
     detail = " | ".join(lines)
     if warnings:
         return Check("policy", "warn", f"{detail} | {'; '.join(warnings)}", "fix the tool names in [policy] of roost.toml")

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from agent_core.events import Event, RunFailed, RunFinished, TextDelta, ToolFinished
 from agent_core.inbound import ReplyTarget
-from agent_core.server_tools import WEB_SEARCH_USD_PER_SEARCH
 from bot.commands import estimate_cost
 from bot.storage import Storage
 from bot.storage.metrics import RunMetrics
@@ -130,12 +129,6 @@ class Metrics:
         outcome = meter.outcome
         answered_by = outcome.model if isinstance(outcome, RunFinished) and outcome.model else run.model
         usage = run.usage
-        # The runs table keeps tokens only; searches come with the run's last event.
-        searches = outcome.usage.web_search_requests if outcome is not None else 0
-        cost = estimate_cost(
-            answered_by, usage.input_tokens, usage.output_tokens,
-            usage.cache_read_input_tokens, usage.cache_creation_input_tokens,
-        )  # fmt: skip
         return RunMetrics(
             run_id=run.id,
             session_key=run.session_key,
@@ -155,8 +148,10 @@ class Metrics:
             cache_write_tokens=usage.cache_creation_input_tokens,
             # A model that is not the one asked for (nor a dated version of it) answered.
             fallbacks=int(not answered_by.startswith(run.model)),
-            cost_usd=None if cost is None else cost + searches * WEB_SEARCH_USD_PER_SEARCH,
-            web_searches=searches,
+            cost_usd=estimate_cost(
+                answered_by, usage.input_tokens, usage.output_tokens,
+                usage.cache_read_input_tokens, usage.cache_creation_input_tokens,
+            ),
         )  # fmt: skip
 
     async def anomalies(

@@ -27,7 +27,6 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from agent_core.thinking import Thinking
 from bot.heartbeat import HeartbeatSettings
 from bot.limit_settings import LimitSettings
 from bot.policy_settings import PolicySettings
@@ -45,24 +44,10 @@ class _Section(BaseModel):
 
 
 class AgentSettings(_Section):
-    @field_validator("thinking")
-    @classmethod
-    def _thinking_valid(cls, value: str | int) -> str | int:
-        Thinking.parse(value)  # ValueError names what is accepted
-        return value
-
-    def thinking_config(self) -> Thinking:
-        return Thinking.parse(self.thinking)
-
     model: str = "claude-sonnet-4-5"
     fallback_models: list[str] = []
     max_turns: int = Field(10, ge=1, le=200)
     max_tokens: int = Field(4096, ge=1)
-    thinking: str | int = "off"
-    """`off` (default: no thinking parameter), `adaptive`, or a thinking budget in tokens
-    (≥ 1024, added to max_tokens so the answer keeps its room); agent_core.thinking."""
-    web_search: bool = False
-    """Offer the API's web search server tool, where the policy allows `web_search`."""
     tool_timeout_s: float = Field(30.0, gt=0)
     exec_max_timeout_s: float = Field(300.0, gt=0)
     exec_sandbox: Literal["auto", "off"] = "auto"

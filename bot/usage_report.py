@@ -38,7 +38,6 @@ def line(t: MetricsTotals) -> str:
         f"{t.output_tokens:,} out, {t.cache_read_tokens:,} cache read, {t.cache_write_tokens:,} cache write; "
         f"cache hit {ratio(t)}; time {t.duration_s:.1f} s, first token avg {ttft}; "
         f"fallbacks {t.fallbacks}; ≈ ${t.cost_usd:.4f}"
-        + (f"; web searches {t.web_searches} (in the cost, $10 per 1,000)" if t.web_searches else "")
     )
 
 

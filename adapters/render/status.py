@@ -1,5 +1,4 @@
-"""Status lines shown under a streaming reply ("💭 thinking…", "⚙️ exec: ls -la",
-"✓ exec (0.4 s)")."""
+"""Tool status lines shown under a streaming reply ("⚙️ exec: ls -la", "✓ exec (0.4 s)")."""
 
 from __future__ import annotations
 
@@ -14,15 +13,12 @@ from agent_core.events import (
     Event,
     PlanProgress,
     QuestionAsked,
-    ThinkingDelta,
     ToolFinished,
     ToolStarted,
     WorkersChanged,
 )
 
 MAX_DETAIL = 60
-THINKING_LINE = "💭 thinking…"
-"""Shown while the model thinks; its reasoning itself never enters the answer."""
 _MD_SPECIAL = re.compile(r"([\\`*_~|>#\[\]()])")
 # Input keys that usually hold the gist of a call, in preference order.
 _GIST_KEYS = ("command", "cmd", "query", "path", "url", "file", "name", "text")
@@ -97,22 +93,11 @@ class ToolBoard:
         self._approvals: dict[str, str] = {}  # approval id → call id
         self._plan = ""  # "step 2/4: restart web (done when: status is active)"
         self._workers = ""  # "2 workers running"
-        self._thinking = False
-
-    def thinking_done(self) -> bool:
-        """The model moved on from thinking (text or a tool call came); True if the line goes."""
-        was, self._thinking = self._thinking, False
-        return was
 
     def apply(self, event: Event) -> bool:
         """Update from a tool or approval event; False for events it does not track."""
         match event:
-            case ThinkingDelta():
-                if self._thinking:
-                    return False  # already shown; the summarised reasoning is not
-                self._thinking = True
             case ToolStarted(call_id=cid, name=name, input=tool_input):
-                self._thinking = False
                 self._tools[cid] = ToolStatus(name, tool_gist(tool_input))
             case ToolFinished(call_id=cid, name=name, is_error=err, output=out, duration_s=dur):
                 status = self._tools.setdefault(cid, ToolStatus(name))
@@ -142,7 +127,5 @@ class ToolBoard:
     def lines(self, max_lines: int, markdown: bool = False) -> list[str]:
         """Status lines, newest last; escaped for a Markdown platform if `markdown`."""
         pinned = [line for line in (self._plan, self._workers) if line]
-        lines = pinned + status_block(self._tools.values(), max(1, max_lines - len(pinned) - self._thinking))
-        if self._thinking:
-            lines.append(THINKING_LINE)  # newest last: the model thinks after what came before
+        lines = pinned + status_block(self._tools.values(), max(1, max_lines - len(pinned)))
         return [escape_markdown(line) for line in lines] if markdown else lines

@@ -45,8 +45,6 @@ class RunMetrics:
     cache_write_tokens: int
     fallbacks: int
     cost_usd: float | None
-    web_searches: int = 0
-    """Searches the API's web search tool ran (billed per search, in cost_usd)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +65,6 @@ class MetricsTotals:
     cache_write_tokens: int = 0
     fallbacks: int = 0
     cost_usd: float = 0.0
-    web_searches: int = 0
 
     @property
     def cache_hit_ratio(self) -> float | None:
@@ -92,7 +89,6 @@ _SUMS = (
     func.coalesce(func.sum(_M.cache_write_tokens), 0),
     func.coalesce(func.sum(_M.fallbacks), 0),
     func.coalesce(func.sum(_M.cost_usd), 0.0),
-    func.coalesce(func.sum(_M.web_searches), 0),
 )
 
 

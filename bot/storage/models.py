@@ -389,8 +389,6 @@ class RunMetricsModel(Base):
     cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
     fallbacks: Mapped[int] = mapped_column(Integer)
     cost_usd: Mapped[float | None] = mapped_column(Float)
-    web_searches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    """Searches the API's web search tool ran for this run, billed per search (0015)."""
 
 
 class NoticeSentModel(Base):

@@ -56,7 +56,6 @@ from tests.fakes.anthropic_script import (
     echo_responder,
     new_id,
 )
-from tests.fakes.anthropic_thinking import check_request as check_thinking, prepare_reply
 from tests.fakes.anthropic_usage import PromptCache, PromptUsage, count_tokens
 from tests.fakes.anthropic_validation import ApiError, invalid, validate_request
 from tests.fakes.anthropic_wire import SseEvent, error_body, message_json, stream_steps
@@ -300,7 +299,6 @@ class FakeAnthropic:
             raise invalid("There was an error parsing the body of your request: body is not valid JSON")
         endpoint = "count_tokens" if request.path.endswith("/count_tokens") else "messages"
         validate_request(body, endpoint=endpoint, require_user_first=self._require_user_first)
-        check_thinking(body)  # signatures, the tool-loop rule, web search results (anthropic_thinking)
         limit = self.context_window_tokens
         if endpoint == "messages" and limit is not None and (used := count_tokens(body)) > limit:
             raise invalid(f"prompt is too long: {used} tokens > {limit} maximum")
@@ -323,12 +321,12 @@ class FakeAnthropic:
             self._log.update(key, served=response)
             await self._pause(response.seconds)
             raise self._drop(request, key, response)
-        reply = prepare_reply(response.with_ids(numbered=self.tool_ids == "numbered"), body)
+        reply = response.with_ids(numbered=self.tool_ids == "numbered")
         self._log.update(key, served=reply)
         prompt = self._cache.account(body)
         message_id = new_id("msg_01")
         if body.get("stream"):
-            return await self._stream(request, key, request_id, reply, message_id, body, prompt)
+            return await self._stream(request, key, request_id, reply, message_id, body["model"], prompt)
         for part in reply.parts:
             if isinstance(part, Stall):
                 await self._pause(part.seconds)
@@ -338,12 +336,12 @@ class FakeAnthropic:
                 status = _STREAM_ERROR_STATUS.get(part.error_type, 500)
                 return self._error(key, request_id, status, part.error_type, part.message, served=reply)
         self._log.update(key, status=200, outcome="answered")
-        answer = message_json(reply, message_id=message_id, model=body["model"], prompt=prompt, body=body)
+        answer = message_json(reply, message_id=message_id, model=body["model"], prompt=prompt)
         return web.json_response(answer, headers={"request-id": request_id})
 
     async def _stream(
         self, request: web.Request, key: RecordKey, request_id: str, reply: Reply, message_id: str,
-        body: dict[str, Any], prompt: PromptUsage,
+        model: str, prompt: PromptUsage,
     ) -> web.StreamResponse:  # fmt: skip
         stream = web.StreamResponse(
             status=200,
@@ -355,7 +353,7 @@ class FakeAnthropic:
         )
         self._log.update(key, status=200)
         await stream.prepare(request)
-        for step in stream_steps(reply, message_id=message_id, model=body["model"], prompt=prompt, body=body):
+        for step in stream_steps(reply, message_id=message_id, model=model, prompt=prompt):
             if isinstance(step, SseEvent):
                 await stream.write(step.encode())
                 if step.name == "error":

@@ -3,8 +3,7 @@
 A *response* is one of:
 
 - ``Reply(*parts)`` — an assistant message. Parts are content blocks (``Text``, ``ToolUse``,
-  ``RawToolUse``; ``Thinking``, ``RedactedThinking``, ``WebSearch`` from
-  ``tests.fakes.anthropic_thinking``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``,
+  ``RawToolUse``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``,
   ``Truncate``) that act at their position in the stream.
 - ``Error(status, ...)`` — an HTTP error answer in the real error shape.
 - ``Stall(seconds)`` — hang before sending any response, then drop the connection.
@@ -26,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from agent_core.prompt import ADDRESSED_SOURCE, TAIL_HEADER, frame_untrusted
-from tests.fakes.anthropic_thinking import ExtraBlock, RedactedThinking, Thinking, WebSearch
 
 _ALPHABET = string.ascii_letters + string.digits
 
@@ -100,7 +98,7 @@ class Truncate:
 
 
 Block: TypeAlias = Text | ToolUse | RawToolUse
-Part: TypeAlias = Block | ExtraBlock | Stall | Disconnect | StreamError | Truncate
+Part: TypeAlias = Block | Stall | Disconnect | StreamError | Truncate
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +119,7 @@ class Reply:
         usage: Mapping[str, int] | None = None,
     ) -> None:
         for part in parts:
-            if not isinstance(
-                part, Text | ToolUse | RawToolUse | Thinking | RedactedThinking | WebSearch | Stall | Disconnect
-                | StreamError | Truncate,
-            ):
+            if not isinstance(part, Text | ToolUse | RawToolUse | Stall | Disconnect | StreamError | Truncate):
                 raise TypeError(f"not a Reply part: {part!r}")
         object.__setattr__(self, "parts", tuple(parts))
         object.__setattr__(self, "stop_reason", stop_reason)

@@ -26,15 +26,6 @@ from tests.fakes.anthropic_script import (
     ToolUse,
     Truncate,
 )
-from tests.fakes.anthropic_thinking import (
-    RedactedThinking,
-    Thinking,
-    WebSearch,
-    block_count,
-    blocks_json,
-    stream_events,
-    web_searches,
-)
 from tests.fakes.anthropic_usage import PromptUsage, tokens
 
 
@@ -73,7 +64,7 @@ def output_tokens(reply: Reply) -> int:
 
 
 def usage_json(
-    prompt: PromptUsage, output: int, overrides: Mapping[str, int] | None, searches: int = 0
+    prompt: PromptUsage, output: int, overrides: Mapping[str, int] | None
 ) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "input_tokens": prompt.input_tokens,
@@ -86,8 +77,6 @@ def usage_json(
         "output_tokens": output,
         "service_tier": "standard",
     }
-    if searches:
-        usage["server_tool_use"] = {"web_search_requests": searches, "web_fetch_requests": 0}
     usage.update(overrides or {})
     return usage
 
@@ -119,10 +108,10 @@ def _chunks(text: str, size: int) -> list[str]:
 
 
 def stream_steps(
-    reply: Reply, *, message_id: str, model: str, prompt: PromptUsage, body: Mapping[str, Any] | None = None
+    reply: Reply, *, message_id: str, model: str, prompt: PromptUsage
 ) -> Iterator[Step]:
     """The SSE answer for ``reply`` (whose tool uses already carry ids)."""
-    final_usage = usage_json(prompt, output_tokens(reply), reply.usage, web_searches(reply))
+    final_usage = usage_json(prompt, output_tokens(reply), reply.usage)
     start_usage = {**final_usage, "output_tokens": 1}  # the service reports 1 until the end
     yield SseEvent(
         "message_start",
@@ -143,14 +132,6 @@ def stream_steps(
                 {"type": "error", "error": {"type": part.error_type, "message": part.message}},
             )
             return
-        if isinstance(part, Thinking | RedactedThinking | WebSearch):
-            for n, (name, data) in enumerate(stream_events(part, index, body or {})):
-                yield SseEvent(name, data)
-                if n == 0 and not pinged:
-                    yield SseEvent("ping", {"type": "ping"})
-                    pinged = True
-            index += block_count(part)
-            continue
         yield SseEvent(
             "content_block_start",
             {"type": "content_block_start", "index": index, "content_block": _block_start(part)},
@@ -196,14 +177,11 @@ def stream_steps(
 
 
 def message_json(
-    reply: Reply, *, message_id: str, model: str, prompt: PromptUsage, body: Mapping[str, Any] | None = None
+    reply: Reply, *, message_id: str, model: str, prompt: PromptUsage
 ) -> dict[str, Any]:
     """The non-streaming answer for ``reply`` (whose tool uses already carry ids)."""
     content: list[dict[str, Any]] = []
-    for block in (p for p in reply.parts if isinstance(p, Text | ToolUse | RawToolUse | Thinking | RedactedThinking | WebSearch)):
-        if isinstance(block, Thinking | RedactedThinking | WebSearch):
-            content.extend(blocks_json(block, body or {}))
-            continue
+    for block in reply.blocks:
         if isinstance(block, Text):
             content.append({"type": "text", "text": block.text})
             continue
@@ -214,7 +192,7 @@ def message_json(
             value = raw  # malformed scripted JSON: hand over the string rather than invent an input
         content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": value})
     message = _message_shell(
-        message_id, model, content, usage_json(prompt, output_tokens(reply), reply.usage, web_searches(reply))
+        message_id, model, content, usage_json(prompt, output_tokens(reply), reply.usage)
     )
     message["stop_reason"] = reply.effective_stop_reason
     message["stop_sequence"] = reply.stop_sequence
