@@ -29,6 +29,7 @@ from agent_core.llm import (
     LLMStalled,
     LLMTruncated,
     LLMUnavailable,
+    LLMUnsupported,
     MalformedToolUse,
     MessageComplete,
     StreamItem,
@@ -231,6 +232,14 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
             return LLMAuthError(
                 "The model service rejected the API key (check ANTHROPIC_API_KEY)."
             )
+        if status == 404 and _api_error_type(exc) == "not_found_error" and _api_message(exc).startswith("model:"):
+            model = _api_message(exc).removeprefix("model:").strip()
+            return LLMUnsupported(
+                f"The model service does not know the model {model} (check ROOST_AGENT__MODEL; "
+                "`roost doctor` checks every configured id).", feature="model", detail=_api_message(exc),
+            )
+        if status == 400 and (unsupported := _unsupported(_api_message(exc))) is not None:
+            return unsupported
         if status == 400:
             message = _api_message(exc)
             too_long = _TOO_LONG.search(message)
@@ -253,6 +262,26 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
     return LLMError("The model service failed.")
 
 
+def _unsupported(message: str) -> LLMUnsupported | None:
+    """A 400 about what the model accepts rather than about the conversation."""
+    lowered = message.lower()
+    if "does not support assistant message prefill" in lowered:
+        return LLMUnsupported("The model does not accept a prefilled answer.", feature="prefill", detail=message)
+    if limit := _MAX_OUTPUT.search(message):
+        return LLMUnsupported(
+            f"The model allows at most {limit.group(1)} output tokens (ROOST_AGENT__MAX_TOKENS is higher).",
+            feature="max_tokens", detail=message, limit=int(limit.group(1)),
+        )  # fmt: skip
+    parameter = _PARAMETER.match(message)
+    if parameter and parameter.group(1) in _PARAMETERS and ("support" in lowered or "deprecated" in lowered):
+        name = parameter.group(1)
+        return LLMUnsupported(f"The model does not support `{name}`.", feature=name, detail=message)
+    return None
+
+
+_MAX_OUTPUT = re.compile(r"max_tokens: \d+ > (\d+), which is the maximum allowed number of output tokens")
+_PARAMETER = re.compile(r"`?(\w+)`?[: ]")
+_PARAMETERS = ("temperature", "top_p", "top_k", "thinking", "output_config", "speed", "service_tier", "inference_geo")
 _TOO_LONG = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)", re.IGNORECASE)
 _STREAM_ERROR_STATUS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
 

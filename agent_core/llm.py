@@ -13,7 +13,10 @@ client with retries, circuit breakers and fallback models. Exceptions::
     │   ├── LLMSlow          no first token within the latency limit (failover only)
     │   └── LLMExhausted     every attempt and fallback failed, or every breaker is open
     ├── LLMAuthError         401 / 403: the key is wrong
-    └── LLMBadRequest        400: we sent something the API rejects (a bug on our side)
+    └── LLMBadRequest        400: we sent something the API rejects
+        └── LLMUnsupported   the model does not take a feature, parameter or value we sent
+                             (prefill, temperature, thinking, a max_tokens above its limit),
+                             or the model id is unknown (404): another model may answer
 
 `retryable_elsewhere` marks the errors a retry or another model may well cure.
 """
@@ -89,6 +92,35 @@ class LLMBadRequest(LLMError):
         self.too_long = too_long
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
+
+    @property
+    def concerns_conversation(self) -> bool:
+        """Whether the service objected to the stored conversation (its messages, tool
+        pairing, size) — the only rejections that repairing and trimming it can cure."""
+        if self.too_long:
+            return True
+        detail = self.detail.lower()
+        return detail.startswith("messages") or any(word in detail for word in _CONVERSATION_WORDS)
+
+
+_CONVERSATION_WORDS = ("tool_use", "tool_result", "content block", "text content", "thinking` block")
+
+
+class LLMUnsupported(LLMBadRequest):
+    """The model refused a feature, parameter or value — not the conversation. `feature`
+    names it ("prefill", "temperature", "thinking", "max_tokens", "model"); `limit` is the
+    model's maximum when the service said (max_tokens)."""
+
+    retryable_elsewhere = True
+
+    def __init__(self, message: str, *, feature: str, detail: str = "", limit: int | None = None) -> None:
+        super().__init__(message, detail=detail)
+        self.feature = feature
+        self.limit = limit
+
+    @property
+    def concerns_conversation(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True, slots=True)

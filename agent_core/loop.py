@@ -27,6 +27,7 @@ from agent_core.events import (
     Usage,
 )
 from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk
+from agent_core.models import DEFAULT_MODEL
 from agent_core.ports import AgentStore
 from agent_core.prompt import ContextParts, cache_layout, request_messages, system_blocks, tool_definitions
 from agent_core.risk import Scope
@@ -45,7 +46,7 @@ PinnedSource = Callable[["RunRequest"], Awaitable[str]]
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
-    model: str = "claude-sonnet-4-5"
+    model: str = DEFAULT_MODEL
     max_turns: int = 10
     max_tokens: int = 4096
     max_corrections: int = 3
@@ -169,6 +170,16 @@ class AgentLoop:
                 # agent_core.compaction: the latest summary + newer turns; compacts first
                 # (silently, within this run, under a timeout) when the context nears the window.
                 history = await self._compacted(request, model, system, tool_defs, stored, content, ctx, state, emit)
+
+                async def recompact(messages: list[dict[str, Any]]) -> None:
+                    assert self.compactor is not None
+                    self.compactor.force(request.session_key)
+                    fresh = await self._compacted(request, model, system, tool_defs, stored, content, ctx, state, emit)
+                    ours = messages[state.run_start :]
+                    messages[:] = [*window(fresh, state.budget), *ours]
+                    state.run_start = len(messages) - len(ours)
+
+                state.recompact = recompact
             messages = window(history, state.budget)
             state.run_start = len(messages)
             messages.append({"role": "user", "content": content})
@@ -185,6 +196,13 @@ class AgentLoop:
                 RunFinished(run_id, state.stop_reason, state.turns, state.usage, state.text, state.model or model)
             )
         except LLMBadRequest as exc:
+            if not exc.concerns_conversation:
+                # A feature, parameter or model the service refused: the conversation is fine,
+                # and starting over would not help. The message names what was refused.
+                log.warning("run.request_unsupported", extra={"run": run_id, "detail": exc.detail})
+                await finish("failed", "unsupported")
+                await emit(RunFailed(run_id, str(exc), "unsupported", state.usage))
+                return
             # Already retried once with a repaired, trimmed conversation: say so plainly.
             log.warning("run.request_rejected_twice", extra={"run": run_id, "detail": exc.detail})
             await finish("failed", "invalid_request")
@@ -262,6 +280,8 @@ class AgentLoop:
             # gave: rename repeats before anything stores or runs them.
             content, pairs = unique_tool_ids(done.content, state.taken)
             calls = [ToolCall(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"]
+            if not calls and await self._stop_reason_continues(request, done, content, messages, state, emit):
+                continue
             if content and not calls:
                 # The final answer is stored with the run's end, in one transaction.
                 content = clean_json(content)
@@ -272,8 +292,10 @@ class AgentLoop:
                 await self._append(request, "assistant", content, messages)
             if not calls:
                 state.stop_reason = done.stop_reason
-                if done.stop_reason == "max_tokens" and done.content:
-                    state.stop_reason = "max_tokens"
+                if (notice := _STOP_NOTICES.get(done.stop_reason)) is None and done.stop_reason not in _NORMAL_STOPS:
+                    notice = f"(The model stopped for a reason Roost does not know: {done.stop_reason!r}.)"
+                if notice:
+                    raise _Stop(done.stop_reason, notice)
                 return
             malformed = _malformed_by_new_id(done, content, pairs)
             if done.stop_reason == "max_tokens":
@@ -314,6 +336,37 @@ class AgentLoop:
             "say 'continue' to go on.)",
         )
 
+    async def _stop_reason_continues(
+        self, request: RunRequest, done: MessageComplete, content: list[dict[str, Any]],
+        messages: list[dict[str, Any]], state: _RunState, emit: Callable[[Event], Any],
+    ) -> bool:
+        """Stop reasons that call for another model turn rather than an answer: a paused
+        server-tool turn is continued; a turn that ran out of context window is retried once
+        after compacting (or, without a compactor, with half the history). Returns whether
+        the loop should take another turn."""
+        if done.stop_reason == "pause_turn":
+            if content:
+                await self._append(request, "assistant", content, messages)
+            if not content or content[-1].get("type") == "text":
+                # Sent back as is, a turn ending in text would be a prefill: today's models
+                # refuse it. Asked in a user turn instead (not stored: a transient nudge).
+                messages.append({"role": "user", "content": [{"type": "text", "text": PAUSE_PROMPT}]})
+            return True
+        if done.stop_reason == "model_context_window_exceeded" and not state.window_retried:
+            state.window_retried = True
+            log.warning("run.context_window_exceeded", extra={"run": request.run_id})
+            notice = "(The conversation filled the model's context window; I compacted it and answered again.)\n\n"
+            if state.text:
+                notice = f"\n\n{notice}"
+            state.text += notice
+            await emit(TextDelta(notice))
+            if state.recompact is not None:
+                await state.recompact(messages)
+            else:
+                state.budget = min(state.budget, size_of(messages[: state.run_start]) // 2)
+            return True
+        return False
+
     async def _model_turn(
         self,
         model: str,
@@ -331,7 +384,7 @@ class AgentLoop:
         try:
             return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
         except LLMBadRequest as exc:
-            if state.trimmed or state.streamed:
+            if state.trimmed or state.streamed or not exc.concerns_conversation:
                 raise
             log.warning("run.request_rejected", extra={"model": model, "detail": exc.detail})
             state.trimmed = True
@@ -448,9 +501,25 @@ class _RunState:
     """Index of this run's user message in the in-memory conversation."""
     final: list[dict[str, Any]] | None = None
     """The final answer, not yet stored: stored by the run's finish."""
+    window_retried: bool = False
+    """A model_context_window_exceeded was answered by compacting and retrying (once)."""
+    recompact: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None
+    """Compacts now and swaps the history in front of this run's messages (with a compactor)."""
     trimmed: bool = False
     """The service refused a request once; later ones send only this run's messages."""
     streamed: bool = False
+
+
+PAUSE_PROMPT = "[Roost: continue your turn.]"
+_NORMAL_STOPS = frozenset({"end_turn", "stop_sequence", "tool_use"})
+_STOP_NOTICES = {
+    "max_tokens": "(The answer reached the model's output limit and was cut short; say 'continue' for the rest.)",
+    "refusal": "(The model declined to answer this. Rephrasing may help.)",
+    "model_context_window_exceeded": (
+        "(The conversation still fills the model's context window after compacting; send /compact or /new.)"
+    ),
+    "pause_turn": "(The model paused its turn too many times; say 'continue' to go on.)",
+}
 
 
 @dataclass(frozen=True, slots=True)
