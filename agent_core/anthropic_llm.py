@@ -75,6 +75,17 @@ class AnthropicLLM:
             # A connection dropped mid-stream is not wrapped by the SDK.
             raise LLMUnavailable("The connection to the model service broke mid-answer.") from exc
 
+    async def count_tokens(self, request: LLMRequest) -> int:
+        """The prompt's size as the service counts it (POST /v1/messages/count_tokens)."""
+        kwargs: dict[str, Any] = {"model": request.model, "system": request.system, "messages": request.messages}
+        if request.tools:
+            kwargs["tools"] = request.tools
+        try:
+            counted = await self._client.messages.count_tokens(**kwargs)
+        except anthropic.APIError as exc:
+            raise translate_error(exc) from exc
+        return counted.input_tokens
+
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
         kwargs: dict[str, Any] = {
             "model": request.model,

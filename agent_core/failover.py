@@ -98,6 +98,7 @@ class FailoverLLM:
             has_next = position < len(models) - 1
             retries = 0
             relearned = False
+            request = await self._fitted(request, model)
             while True:
                 permit = self._permit(model)
                 if permit is None:
@@ -165,6 +166,23 @@ class FailoverLLM:
                 finally:
                     permit.release()
         raise _exhausted(tried)
+
+    async def _fitted(self, request: LLMRequest, model: str) -> LLMRequest:
+        """`request` shrunk (compacted by the loop's `fit`) when `model` has a smaller window
+        than the requested model and the prompt, counted by the service, would not fit it."""
+        window = self._facts(model).context_window
+        if model == request.model or request.fit is None or window >= self._facts(request.model).context_window:
+            return request
+        room = window - min(request.max_tokens, self._facts(model).max_output_tokens)
+        count = getattr(self._inner, "count_tokens", None)
+        if count is not None:
+            try:
+                if await count(replace(request, model=model)) <= room:
+                    return request
+            except LLMError as exc:  # cannot count: make room rather than send what may not fit
+                log.info("llm.count_tokens_failed", extra={"model": model, "error": type(exc).__name__})
+        log.info("llm.fit_smaller_window", extra={"from_model": request.model, "model": model, "window": window})
+        return replace(await request.fit(room), fit=request.fit)
 
     def _relearn(self, model: str, exc: LLMUnsupported) -> bool:
         """A refusal the table should have foreseen: remember it and retry at once."""

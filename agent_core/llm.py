@@ -24,7 +24,7 @@ client with retries, circuit breakers and fallback models. Exceptions::
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -130,6 +130,9 @@ class LLMRequest:
     tools: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     max_tokens: int = 4096
+    fit: Callable[[int], Awaitable[LLMRequest]] | None = field(default=None, compare=False, repr=False)
+    """Given by the loop: the same request shrunk to fit a window of that many tokens
+    (compacting first), so failing over to a smaller-window model never sends what cannot fit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,4 +166,10 @@ StreamItem = TextChunk | MessageComplete
 class LLMClient(Protocol):
     def stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
         """Yield text chunks as they arrive, then exactly one MessageComplete; raise LLMError."""
+        ...
+
+
+class TokenCounter(Protocol):
+    async def count_tokens(self, request: LLMRequest) -> int:
+        """The request's prompt size in tokens, as the service counts it; raise LLMError."""
         ...

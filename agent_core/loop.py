@@ -27,7 +27,7 @@ from agent_core.events import (
     Usage,
 )
 from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk
-from agent_core.models import DEFAULT_MODEL
+from agent_core.models import DEFAULT_MODEL, ModelTable
 from agent_core.ports import AgentStore
 from agent_core.prompt import ContextParts, cache_layout, request_messages, system_blocks, tool_definitions
 from agent_core.risk import Scope
@@ -52,8 +52,10 @@ class LoopConfig:
     max_corrections: int = 3
     loop_repeats: int = 3
     """The same tool with the same input this many times in one run ends the run."""
-    history_budget_chars: int = 400_000
-    """How much earlier conversation is sent (≈100k tokens); older turns are left out."""
+    history_budget_chars: int | None = None
+    """How much earlier conversation is sent, in characters; older turns are left out. None:
+    `CHARS_PER_WINDOW_TOKEN` × the model's context window (agent_core.models), so a 1M-window
+    model gets the room it has. Compaction runs before windowing would leave turns out."""
     volatile_in_tail: bool = True
     """Send the volatile system parts (clock, today's log, pinned goal) after the
     conversation's cache breakpoint instead of before it (agent_core.prompt.cache_layout):
@@ -99,7 +101,9 @@ class AgentLoop:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         pinned: PinnedSource | None = None,
         compactor: Compactor | None = None,
+        models: ModelTable | None = None,
     ) -> None:
+        self.models = models if models is not None else ModelTable()
         self._pinned = pinned
         self.compactor = compactor
         self._llm = llm
@@ -150,7 +154,7 @@ class AgentLoop:
         # message: it is durable before the model is called.
         stored = await self._store.begin_run(run_id, request.session_key, model, content)
         await emit(RunStarted(run_id, request.session_key))
-        budget = min(self.config.history_budget_chars, self._learned_budget.get(model, 1 << 62))
+        budget = min(self._history_budget(self.models(model).context_window), self._learned_budget.get(model, 1 << 62))
         state = _RunState(budget=budget)
         finish = functools.partial(self._finish, request, state)
         try:
@@ -171,10 +175,12 @@ class AgentLoop:
                 # (silently, within this run, under a timeout) when the context nears the window.
                 history = await self._compacted(request, model, system, tool_defs, stored, content, ctx, state, emit)
 
-                async def recompact(messages: list[dict[str, Any]]) -> None:
+                async def recompact(messages: list[dict[str, Any]], window_tokens: int | None = None) -> None:
                     assert self.compactor is not None
                     self.compactor.force(request.session_key)
-                    fresh = await self._compacted(request, model, system, tool_defs, stored, content, ctx, state, emit)
+                    fresh = await self._compacted(
+                        request, model, system, tool_defs, stored, content, ctx, state, emit, window_tokens
+                    )
                     ours = messages[state.run_start :]
                     messages[:] = [*window(fresh, state.budget), *ours]
                     state.run_start = len(messages) - len(ours)
@@ -228,7 +234,7 @@ class AgentLoop:
     async def _compacted(
         self, request: RunRequest, model: str, system: list[dict[str, Any]], tool_defs: list[dict[str, Any]],
         stored: list[dict[str, Any]], content: list[dict[str, Any]], ctx: ToolContext, state: _RunState,
-        emit: Callable[[Event], Any],
+        emit: Callable[[Event], Any], window_tokens: int | None = None,
     ) -> list[dict[str, Any]]:
         assert self.compactor is not None
 
@@ -243,7 +249,8 @@ class AgentLoop:
             return [o.as_block() for o in await self._runner.run_all(calls, ctx, set(), discard)]
 
         call = CompactionCall(
-            request.session_key, model, system, tool_defs, stored, content, silent_tools, state.budget
+            request.session_key, model, system, tool_defs, stored, content, silent_tools, state.budget,
+            context_window_tokens=window_tokens or self.models(model).context_window,
         )
         history = await self.compactor.prepare(call)
         for notice in call.notices:  # told once: a failed attempt is recorded, not retried
@@ -361,7 +368,7 @@ class AgentLoop:
             state.text += notice
             await emit(TextDelta(notice))
             if state.recompact is not None:
-                await state.recompact(messages)
+                await state.recompact(messages, None)
             else:
                 state.budget = min(state.budget, size_of(messages[: state.run_start]) // 2)
             return True
@@ -381,8 +388,9 @@ class AgentLoop:
         model's limit when it said so — and retrying once per run; a second one propagates."""
         sent = self._sendable(messages, state)
         laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
+        fit = functools.partial(self._fit, model, system, tool_defs, messages, state)
         try:
-            return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
+            return await self._stream(LLMRequest(model, *laid, self.config.max_tokens, fit=fit), state, emit)
         except LLMBadRequest as exc:
             if state.trimmed or state.streamed or not exc.concerns_conversation:
                 raise
@@ -395,6 +403,24 @@ class AgentLoop:
         sent = self._sendable(messages, state)
         laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
         return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
+
+    async def _fit(
+        self, model: str, system: list[dict[str, Any]], tool_defs: list[dict[str, Any]],
+        messages: list[dict[str, Any]], state: _RunState, window_tokens: int,
+    ) -> LLMRequest:
+        """The turn's request made to fit a smaller window (a fallback model's): compacted to
+        that window first when there is a compactor, and windowed to its budget either way."""
+        log.info("run.fit_smaller_window", extra={"model": model, "window": window_tokens})
+        state.budget = min(state.budget, self._history_budget(window_tokens))
+        if state.recompact is not None:
+            await state.recompact(messages, window_tokens)
+        laid = _laid_out(system, tool_defs, self._sendable(messages, state), self.config.volatile_in_tail)
+        return LLMRequest(model, *laid, self.config.max_tokens)
+
+    def _history_budget(self, window_tokens: int) -> int:
+        if self.config.history_budget_chars is not None:
+            return self.config.history_budget_chars
+        return int(window_tokens * CHARS_PER_WINDOW_TOKEN)
 
     def _tool_definitions(self) -> list[dict[str, Any]]:
         # Built once per tool set: copying every schema on every run cost milliseconds, and
@@ -503,7 +529,7 @@ class _RunState:
     """The final answer, not yet stored: stored by the run's finish."""
     window_retried: bool = False
     """A model_context_window_exceeded was answered by compacting and retrying (once)."""
-    recompact: Callable[[list[dict[str, Any]]], Awaitable[None]] | None = None
+    recompact: Callable[[list[dict[str, Any]], int | None], Awaitable[None]] | None = None
     """Compacts now and swaps the history in front of this run's messages (with a compactor)."""
     trimmed: bool = False
     """The service refused a request once; later ones send only this run's messages."""
@@ -511,6 +537,10 @@ class _RunState:
 
 
 PAUSE_PROMPT = "[Roost: continue your turn.]"
+CHARS_PER_WINDOW_TOKEN = 2.4
+"""History budget per token of window: at the ~4 characters a token of English text takes,
+about 60 % of the window, leaving room for the system prompt, tools and the answer. Only the
+windowing guard; when to compact is decided from real token counts (agent_core.compaction)."""
 _NORMAL_STOPS = frozenset({"end_turn", "stop_sequence", "tool_use"})
 _STOP_NOTICES = {
     "max_tokens": "(The answer reached the model's output limit and was cut short; say 'continue' for the rest.)",

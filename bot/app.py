@@ -130,6 +130,10 @@ class LazyAnthropic:
         async for item in client.stream(request):
             yield item
 
+    async def count_tokens(self, request: LLMRequest) -> int:
+        client = await asyncio.shield(self.load())
+        return await client.count_tokens(request)  # type: ignore[attr-defined]
+
     async def aclose(self) -> None:
         if self._client is None:
             return
@@ -187,10 +191,11 @@ async def build(
         report = settings.home_dir / breaker_report.FILE_NAME
         breakers = Breakers(on_change=lambda b: breaker_report.write(report, b) if recover else None)
         # The configured model is a fallback too, for a session that chose another with /model.
+        models = settings.agent.model_table()  # per-model windows, limits, prefill (agent_core.models)
         llm = FailoverLLM(
             llm, [settings.agent.model, *settings.agent.fallback_models],
             retry=RetryPolicy(max_retries=settings.agent.max_retries),
-            breakers=breakers, slow_first_token_s=settings.agent.slow_first_token_s,
+            breakers=breakers, slow_first_token_s=settings.agent.slow_first_token_s, facts=models,
         )  # fmt: skip
 
         registry = ToolRegistry(default_tools(
@@ -273,6 +278,7 @@ async def build(
             tool_context=tool_context,
             config=loop_config,
             pinned=lambda request: plans.pinned(request.session_key),  # goal lock + current step
+            models=models,
             compactor=Compactor(llm, storage, CompactionConfig(
                 context_window_tokens=settings.agent.context_window_tokens, compact_at=settings.agent.compact_at,
                 keep_recent_tokens=settings.agent.compact_keep_tokens, timeout_s=settings.agent.compact_timeout_s,

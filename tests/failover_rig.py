@@ -96,6 +96,7 @@ async def make_rig(
         llm, fallbacks, retry=options.pop("retry", RetryPolicy()), breakers=breakers, sleep=sleeps,
         rand=lambda: 1.0, facts=facts, **options,
     )  # fmt: skip
+    core.loop.models = facts  # the loop's windows and the failover's come from one table
     return Rig(core, llm, sleeps, clock, breakers)
 
 
