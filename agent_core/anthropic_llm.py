@@ -31,6 +31,7 @@ from agent_core.llm import (
     LLMUnavailable,
     LLMUnsupported,
     MalformedToolUse,
+    ModelListing,
     MessageComplete,
     StreamItem,
     TextChunk,
@@ -85,6 +86,28 @@ class AnthropicLLM:
         except anthropic.APIError as exc:
             raise translate_error(exc) from exc
         return counted.input_tokens
+
+    async def list_models(self) -> list[ModelListing]:
+        if not self._has_key:
+            raise LLMAuthError("No API key for the model service: set ANTHROPIC_API_KEY.")
+        try:
+            return [_listing(m) async for m in self._client.models.list(limit=100)]
+        except anthropic.APIError as exc:
+            raise translate_error(exc) from exc
+        except httpx2.TransportError as exc:
+            raise LLMUnavailable("Could not reach the model service.") from exc
+
+    async def model_info(self, model_id: str) -> ModelListing | None:
+        if not self._has_key:
+            raise LLMAuthError("No API key for the model service: set ANTHROPIC_API_KEY.")
+        try:
+            return _listing(await self._client.models.retrieve(model_id))
+        except anthropic.NotFoundError:
+            return None
+        except anthropic.APIError as exc:
+            raise translate_error(exc) from exc
+        except httpx2.TransportError as exc:
+            raise LLMUnavailable("Could not reach the model service.") from exc
 
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
         kwargs: dict[str, Any] = {
@@ -170,6 +193,13 @@ class AnthropicLLM:
             raise LLMStalled(
                 f"The model service stopped sending for {self._stall_s:g} s mid-answer."
             ) from None
+
+
+def _listing(info: Any) -> ModelListing:
+    return ModelListing(
+        clean_text(info.id), clean_text(info.display_name or ""),
+        getattr(info, "max_input_tokens", None), getattr(info, "max_tokens", None),
+    )  # fmt: skip
 
 
 def _join_pairs(text: str) -> str:

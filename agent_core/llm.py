@@ -173,3 +173,24 @@ class TokenCounter(Protocol):
     async def count_tokens(self, request: LLMRequest) -> int:
         """The request's prompt size in tokens, as the service counts it; raise LLMError."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelListing:
+    """One entry of the service's model catalogue (GET /v1/models)."""
+
+    id: str
+    display_name: str = ""
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+
+
+class ModelCatalogue(Protocol):
+    async def list_models(self) -> list[ModelListing]:
+        """What the endpoint offers, newest first; raise LLMError."""
+        ...
+
+    async def model_info(self, model_id: str) -> ModelListing | None:
+        """The endpoint's entry for `model_id`, None when it does not know it; raise LLMError
+        (LLMAuthError for a rejected key)."""
+        ...

@@ -26,7 +26,7 @@ from agent_core.questions import QuestionDesk
 from agent_core.workers import WorkerLimits, WorkerPool
 from agent_core.breaker import Breakers
 from agent_core.failover import FailoverLLM
-from agent_core.llm import LLMClient, LLMRequest, StreamItem
+from agent_core.llm import LLMClient, LLMRequest, ModelListing, StreamItem
 from agent_core.retry import RetryPolicy
 from bot import breaker_report
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
@@ -134,6 +134,10 @@ class LazyAnthropic:
         client = await asyncio.shield(self.load())
         return await client.count_tokens(request)  # type: ignore[attr-defined]
 
+    async def list_models(self) -> list[ModelListing]:
+        client = await asyncio.shield(self.load())
+        return await client.list_models()  # type: ignore[attr-defined]
+
     async def aclose(self) -> None:
         if self._client is None:
             return
@@ -191,6 +195,7 @@ async def build(
         report = settings.home_dir / breaker_report.FILE_NAME
         breakers = Breakers(on_change=lambda b: breaker_report.write(report, b) if recover else None)
         # The configured model is a fallback too, for a session that chose another with /model.
+        catalogue = getattr(llm, "list_models", None)  # what /model lists from the endpoint
         models = settings.agent.model_table()  # per-model windows, limits, prefill (agent_core.models)
         llm = FailoverLLM(
             llm, [settings.agent.model, *settings.agent.fallback_models],
@@ -303,6 +308,7 @@ async def build(
             is_group_admin=group_admins(adapters),  # the platform says who a group's admins are
             workspace=root,
             models=[settings.agent.model, *settings.agent.fallback_models],
+            catalogue=catalogue,
             queue_mode=settings.agent.queue_mode,
             max_concurrent_runs=settings.agent.max_concurrent_runs,
             # Read on every message, so a hot-reloaded [limits] applies to the next one.

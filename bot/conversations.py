@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +17,7 @@ from adapters.base import Adapter, Button, ButtonAnswer, Delivery
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
+from agent_core.llm import ModelListing
 from agent_core.loop import AgentLoop, RunRequest
 from agent_core.ports import ApprovalRecord
 from agent_core.prompt import frame_untrusted
@@ -100,6 +101,7 @@ class Conversations:
         adapters: Mapping[str, Adapter],
         workspace: Path,
         models: list[str],
+        catalogue: Callable[[], Awaitable[list[ModelListing]]] | None = None,
         queue_mode: str = "collect",
         max_concurrent_runs: int = 16,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -114,6 +116,8 @@ class Conversations:
         self.adapters = dict(adapters)
         self.workspace = workspace
         self.models = models
+        self.catalogue = catalogue
+        """What the model endpoint offers (GET /v1/models), for /model."""
         self._now = now
         self.limiter = limiter
         self.access = access
