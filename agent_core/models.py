@@ -30,12 +30,20 @@ class ModelFacts:
     """Accepts `temperature` (the newest do not; Roost sends none either way)."""
     input_usd_per_mtok: float | None = None
     output_usd_per_mtok: float | None = None
+    cache_read_usd_per_mtok: float | None = None
+    cache_write_usd_per_mtok: float | None = None
     price_source: str = ""
-    """Where the prices come from; without one the cost is shown as unknown."""
+    """Where the prices come from; without it (or any of the four prices) the cost is unknown.
+    Roost ships no prices: none could be written here with a source beside them."""
 
-    @property
-    def priced(self) -> bool:
-        return bool(self.price_source) and self.input_usd_per_mtok is not None and self.output_usd_per_mtok is not None
+    def cost_usd(self, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> float | None:
+        """What the tokens cost at the configured prices, None when they are not all known."""
+        prices = (self.input_usd_per_mtok, self.output_usd_per_mtok, self.cache_read_usd_per_mtok,
+                  self.cache_write_usd_per_mtok)  # fmt: skip
+        if not self.price_source.strip() or any(p is None for p in prices):
+            return None
+        tokens = (input_tokens, output_tokens, cache_read, cache_write)
+        return sum(t * p for t, p in zip(tokens, prices, strict=True)) / 1e6  # type: ignore[operator]
 
 
 UNKNOWN = ModelFacts()

@@ -309,6 +309,7 @@ async def build(
             workspace=root,
             models=[settings.agent.model, *settings.agent.fallback_models],
             catalogue=catalogue,
+            prices=models,
             queue_mode=settings.agent.queue_mode,
             max_concurrent_runs=settings.agent.max_concurrent_runs,
             # Read on every message, so a hot-reloaded [limits] applies to the next one.

@@ -161,7 +161,7 @@ class CommandHandlers:
         context_tokens = sum(len(str(m["content"])) for m in transcript) // 4
         cost = estimate_cost(
             model, usage.input_tokens, usage.output_tokens, usage.cache_read_input_tokens,
-            usage.cache_creation_input_tokens,
+            usage.cache_creation_input_tokens, self._c.prices,
         )
         lines = [
             f"Model: {model}",
@@ -169,7 +169,7 @@ class CommandHandlers:
             f"Runs: {totals.runs}, turns: {totals.turns}",
             f"Tokens: {usage.input_tokens:,} in, {usage.output_tokens:,} out, "
             f"{usage.cache_read_input_tokens:,} read from cache, {usage.cache_creation_input_tokens:,} written to cache",
-            f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown for this model",
+            f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown (no prices with a source configured for this model)",
             f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
             *describe_compaction(
                 *await storage.compaction_state(route.session_key), await storage.load_transcript(route.session_key)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from agent_core.events import Event, RunFailed, RunFinished, TextDelta, ToolFinished
 from agent_core.inbound import ReplyTarget
+from agent_core.models import ModelTable
 from bot.commands import estimate_cost
 from bot.storage import Storage
 from bot.storage.metrics import RunMetrics
@@ -88,7 +89,10 @@ class Metrics:
         *,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        prices: ModelTable | None = None,
     ) -> None:
+        self.prices = prices
+        """Per-model prices with their source (None or unpriced: the cost is unknown)."""
         self.storage = storage
         self.clock = clock
         self.now = now
@@ -150,7 +154,7 @@ class Metrics:
             fallbacks=int(not answered_by.startswith(run.model)),
             cost_usd=estimate_cost(
                 answered_by, usage.input_tokens, usage.output_tokens,
-                usage.cache_read_input_tokens, usage.cache_creation_input_tokens,
+                usage.cache_read_input_tokens, usage.cache_creation_input_tokens, self.prices,
             ),
         )  # fmt: skip
 
