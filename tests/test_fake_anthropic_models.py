@@ -105,3 +105,35 @@ async def test_unknown_model_is_refused_when_strict() -> None:
         finally:
             await sdk.close()
             await wrong.close()
+
+
+async def test_thinking_streams_with_a_signature_and_an_altered_or_dropped_block_is_refused(
+    fake: FakeAnthropic, client: anthropic.AsyncAnthropic
+) -> None:
+    from tests.fake_anthropic_support import TOOLS
+    from tests.fakes.anthropic_script import Thinking, ToolUse
+
+    fake.script(Reply(Thinking("Weather first, then answer.", chunk_size=8), ToolUse("get_weather", {"city": "Oslo"})))
+    thinking = {"type": "adaptive", "display": "summarized"}
+    async with client.messages.stream(
+        model=NEW, max_tokens=2000, messages=[user("weather?")], tools=TOOLS, thinking=thinking  # type: ignore[arg-type]
+    ) as stream:
+        kinds = [event.delta.type async for event in stream if event.type == "content_block_delta"]
+        served = await stream.get_final_message()
+    assert kinds.count("thinking_delta") >= 2 and kinds.count("signature_delta") == 1
+    block, call = served.content
+    assert block.type == "thinking" and block.thinking == "Weather first, then answer." and block.signature
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}]}  # type: ignore[union-attr]
+    turn = [block.model_dump(), call.model_dump()]
+
+    def loop(assistant: list) -> list:
+        return [user("weather?"), {"role": "assistant", "content": assistant}, result]
+
+    altered = [{**turn[0], "thinking": "Something else."}, turn[1]]
+    error = await _rejected(client, model=NEW, max_tokens=2000, tools=TOOLS, thinking=thinking, messages=loop(altered))
+    assert error["message"] == "messages.1.content.0: Invalid `signature` in `thinking` block"
+    error = await _rejected(client, model=NEW, max_tokens=2000, tools=TOOLS, thinking=thinking, messages=loop(turn[1:]))
+    assert error["message"].startswith("messages.1.content.0.type: Expected `thinking` or `redacted_thinking`")
+    fake.script(reply_text("Sunny in Oslo."))
+    answer = await client.messages.create(model=NEW, max_tokens=2000, tools=TOOLS, thinking=thinking, messages=loop(turn))  # type: ignore[arg-type]
+    assert answer.content[0].text == "Sunny in Oslo."  # type: ignore[union-attr]

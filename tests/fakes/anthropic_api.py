@@ -27,6 +27,9 @@ Contract:
   request breaking one gets the service's 400 (``anthropic_models.check_for_model``; a
   trailing assistant message on a model without prefill gets the exact refusal). Ids not in
   the table are served without limits, or with ``strict_models`` get the real 404.
+- Thinking blocks (``Thinking`` parts) are served with signatures; one sent back altered, or
+  dropped from the assistant turn of a tool loop in progress while ``thinking`` is on, gets
+  the service's 400 (``anthropic_thinking``).
 - ``tool_ids="numbered"``: tool uses without a scripted id are served as ``toolu_1``,
   ``toolu_2``, … per response (some Anthropic-compatible endpoints do this), so ids repeat
   across responses; the default ``"random"`` mimics the real service.
@@ -48,6 +51,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from tests.fakes.anthropic_models import DEFAULT_MODELS, FakeModel, check_for_model, unknown_model
+from tests.fakes.anthropic_thinking import ThinkingLedger
 from tests.fakes.anthropic_recording import RecordedRequest, RecordKey, RequestLog, RequestsPredicate
 from tests.fakes.anthropic_script import (
     Disconnect,
@@ -107,6 +111,7 @@ class FakeAnthropic:
         self._scripts = ScriptQueue(responder or echo_responder)
         self._log = RequestLog()
         self._cache = PromptCache()
+        self._thinking = ThinkingLedger()
         self._lock = threading.Lock()  # guards the lifecycle state only
         self._state: Literal["new", "running", "closed"] = "new"
         self._port: int | None = None
@@ -231,6 +236,7 @@ class FakeAnthropic:
         self._log.clear()
         self._scripts.clear()
         self._cache.clear()
+        self._thinking.clear()
 
     # ---- server thread ---------------------------------------------------------------
 
@@ -321,6 +327,7 @@ class FakeAnthropic:
             raise invalid(f"prompt is too long: {used} tokens > {limit} maximum")
         if endpoint == "messages" and model is not None:
             check_for_model(body, model, prompt_tokens=count_tokens(body))
+        self._thinking.check(body)
         if endpoint == "count_tokens":
             self._log.update(key, status=200, outcome="answered")
             return web.json_response({"input_tokens": count_tokens(body)}, headers={"request-id": request_id})
@@ -341,6 +348,7 @@ class FakeAnthropic:
             await self._pause(response.seconds)
             raise self._drop(request, key, response)
         reply = response.with_ids(numbered=self.tool_ids == "numbered")
+        self._thinking.served(reply)
         self._log.update(key, served=reply)
         prompt = self._cache.account(body)
         message_id = new_id("msg_01")

@@ -2,8 +2,8 @@
 
 A *response* is one of:
 
-- ``Reply(*parts)`` — an assistant message. Parts are content blocks (``Text``, ``ToolUse``,
-  ``RawToolUse``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``,
+- ``Reply(*parts)`` — an assistant message. Parts are content blocks (``Thinking``, ``Text``,
+  ``ToolUse``, ``RawToolUse``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``,
   ``Truncate``) that act at their position in the stream.
 - ``Error(status, ...)`` — an HTTP error answer in the real error shape.
 - ``Stall(seconds)`` — hang before sending any response, then drop the connection.
@@ -42,6 +42,19 @@ class Text:
     text: str
     chunk_size: int = 20
     delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """A ``thinking`` block, streamed as ``thinking_delta`` chunks then one ``signature_delta``
+    (``redacted``: a ``redacted_thinking`` block with opaque ``data`` instead). ``signature=None``
+    gets a fresh signature when served; the fake remembers what it signed and refuses a block
+    sent back altered (anthropic_thinking)."""
+
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+    chunk_size: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +110,7 @@ class Truncate:
     that simply ends. Non-streaming requests are answered whole."""
 
 
-Block: TypeAlias = Text | ToolUse | RawToolUse
+Block: TypeAlias = Thinking | Text | ToolUse | RawToolUse
 Part: TypeAlias = Block | Stall | Disconnect | StreamError | Truncate
 
 
@@ -119,7 +132,7 @@ class Reply:
         usage: Mapping[str, int] | None = None,
     ) -> None:
         for part in parts:
-            if not isinstance(part, Text | ToolUse | RawToolUse | Stall | Disconnect | StreamError | Truncate):
+            if not isinstance(part, Thinking | Text | ToolUse | RawToolUse | Stall | Disconnect | StreamError | Truncate):
                 raise TypeError(f"not a Reply part: {part!r}")
         object.__setattr__(self, "parts", tuple(parts))
         object.__setattr__(self, "stop_reason", stop_reason)
@@ -128,7 +141,7 @@ class Reply:
 
     @property
     def blocks(self) -> tuple[Block, ...]:
-        return tuple(p for p in self.parts if isinstance(p, Text | ToolUse | RawToolUse))
+        return tuple(p for p in self.parts if isinstance(p, Thinking | Text | ToolUse | RawToolUse))
 
     @property
     def effective_stop_reason(self) -> str:
@@ -149,6 +162,8 @@ class Reply:
         parts = tuple(
             dataclasses.replace(p, id=f"toolu_{next(counter)}" if numbered else new_id("toolu_01"))
             if isinstance(p, ToolUse | RawToolUse) and p.id is None
+            else dataclasses.replace(p, signature=new_id("Eu8BCkYIBRgCKkA"))
+            if isinstance(p, Thinking) and p.signature is None
             else p
             for p in self.parts
         )
@@ -220,7 +235,7 @@ def as_response(value: object) -> Response:
     """Normalise what a responder returned; raises TypeError for anything else."""
     if isinstance(value, Reply | Error | Stall | Disconnect):
         return value
-    if isinstance(value, Text | ToolUse | RawToolUse):
+    if isinstance(value, Thinking | Text | ToolUse | RawToolUse):
         return Reply(value)
     if isinstance(value, str):
         return reply_text(value)

@@ -23,6 +23,7 @@ from tests.fakes.anthropic_script import (
     Stall,
     StreamError,
     Text,
+    Thinking,
     ToolUse,
     Truncate,
 )
@@ -57,7 +58,7 @@ def tool_input_json(block: ToolUse | RawToolUse) -> str:
 
 def output_tokens(reply: Reply) -> int:
     chars = sum(
-        len(b.text) if isinstance(b, Text) else len(b.name) + len(tool_input_json(b))
+        len(b.text) if isinstance(b, Text | Thinking) else len(b.name) + len(tool_input_json(b))
         for b in reply.blocks
     )
     return max(1, tokens(chars))
@@ -96,7 +97,15 @@ def _message_shell(
     }
 
 
-def _block_start(block: Text | ToolUse | RawToolUse) -> dict[str, Any]:
+def thinking_json(block: Thinking) -> dict[str, Any]:
+    if block.redacted:
+        return {"type": "redacted_thinking", "data": block.signature}
+    return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+
+
+def _block_start(block: Thinking | Text | ToolUse | RawToolUse) -> dict[str, Any]:
+    if isinstance(block, Thinking):
+        return thinking_json(block) if block.redacted else {"type": "thinking", "thinking": "", "signature": ""}
     if isinstance(block, Text):
         return {"type": "text", "text": ""}
     return {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
@@ -139,7 +148,17 @@ def stream_steps(
         if not pinged:
             yield SseEvent("ping", {"type": "ping"})
             pinged = True
-        if isinstance(part, Text):
+        if isinstance(part, Thinking):
+            deltas = [] if part.redacted else [
+                *({"type": "thinking_delta", "thinking": c} for c in _chunks(part.text, part.chunk_size)),
+                {"type": "signature_delta", "signature": part.signature},
+            ]  # fmt: skip
+            for delta in deltas:
+                yield SseEvent(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+        elif isinstance(part, Text):
             for n, chunk in enumerate(_chunks(part.text, part.chunk_size)):
                 if n and part.delay_s > 0:
                     yield Stall(part.delay_s)
@@ -182,6 +201,9 @@ def message_json(
     """The non-streaming answer for ``reply`` (whose tool uses already carry ids)."""
     content: list[dict[str, Any]] = []
     for block in reply.blocks:
+        if isinstance(block, Thinking):
+            content.append(thinking_json(block))
+            continue
         if isinstance(block, Text):
             content.append({"type": "text", "text": block.text})
             continue
