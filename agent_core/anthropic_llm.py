@@ -35,6 +35,7 @@ from agent_core.llm import (
     MessageComplete,
     StreamItem,
     TextChunk,
+    ThinkingChunk,
 )
 from agent_core.text import clean_json, clean_text
 
@@ -118,6 +119,8 @@ class AnthropicLLM:
         }
         if request.tools:
             kwargs["tools"] = request.tools
+        if request.thinking is not None:
+            kwargs["thinking"] = request.thinking
         # The wait for the response's headers counts as a stall too.
         stream = await self._within_stall(self._client.messages.create(stream=True, **kwargs))
         blocks: dict[int, dict[str, Any]] = {}
@@ -160,6 +163,14 @@ class AnthropicLLM:
                             yield TextChunk(text)
                     elif delta.type == "input_json_delta":
                         partial_json.setdefault(event.index, []).append(delta.partial_json)
+                    elif delta.type == "thinking_delta":
+                        # Kept byte for byte (never cleaned): the signature vouches for it.
+                        block = blocks[event.index]
+                        block["thinking"] = block.get("thinking", "") + delta.thinking
+                        if delta.thinking:
+                            yield ThinkingChunk(delta.thinking)
+                    elif delta.type == "signature_delta":
+                        blocks[event.index]["signature"] = delta.signature
                 elif kind == "content_block_stop" and event.index in held:
                     text = clean_text(held.pop(event.index))
                     blocks[event.index]["text"] = blocks[event.index].get("text", "") + text
@@ -230,7 +241,11 @@ def _finish_blocks(
             if problem is not None:
                 malformed.append(MalformedToolUse(tool_id, name, raw, problem, len(content)))
             content.append({"type": "tool_use", "id": tool_id, "name": name, "input": clean_json(parsed)})
-        # thinking and other block types are not produced without being asked for
+        elif kind == "thinking":
+            content.append({"type": "thinking", "thinking": block.get("thinking", ""), "signature": block.get("signature", "")})
+        elif kind == "redacted_thinking":
+            content.append({"type": "redacted_thinking", "data": block.get("data", "")})
+        # other block types are not produced without being asked for
     return content, malformed
 
 

@@ -381,7 +381,7 @@ class Compactor:
     async def _complete(self, request: LLMRequest) -> MessageComplete:
         done: MessageComplete | None = None
         async for item in self._llm.stream(request):
-            if not isinstance(item, TextChunk):
+            if isinstance(item, MessageComplete):
                 done = item
         if done is None:
             raise ValueError("the model sent no answer")

@@ -149,9 +149,19 @@ class WorkersChanged:
     type: Literal["workers_changed"] = "workers_changed"
 
 
+@dataclass(frozen=True, slots=True)
+class ThinkingChanged:
+    """The model started (`active`) or stopped thinking. Chats show a "💭 thinking…" status
+    meanwhile; the reasoning itself is never part of the answer."""
+
+    active: bool
+    type: Literal["thinking_changed"] = "thinking_changed"
+
+
 Event = (
     RunStarted
     | TextDelta
+    | ThinkingChanged
     | TurnEnded
     | ToolStarted
     | ToolFinished

@@ -52,6 +52,7 @@ from agent_core.llm import (
     MessageComplete,
     StreamItem,
     TextChunk,
+    ThinkingChunk,
 )
 from agent_core.continuation import Joiner, continuation_messages
 from agent_core.events import Usage
@@ -182,7 +183,7 @@ class FailoverLLM:
             except LLMError as exc:  # cannot count: make room rather than send what may not fit
                 log.info("llm.count_tokens_failed", extra={"model": model, "error": type(exc).__name__})
         log.info("llm.fit_smaller_window", extra={"from_model": request.model, "model": model, "window": window})
-        return replace(await request.fit(room), fit=request.fit)
+        return replace(await request.fit(room), fit=request.fit, thinking=request.thinking)
 
     def _relearn(self, model: str, exc: LLMUnsupported) -> bool:
         """A refusal the table should have foreseen: remember it and retry at once."""
@@ -209,7 +210,14 @@ class FailoverLLM:
         facts = self._facts(model)
         messages = continuation_messages(request.messages, base, prefill=facts.prefill)
         joiner = Joiner(base)
-        attempt = replace(request, model=model, messages=messages, max_tokens=min(request.max_tokens, facts.max_output_tokens))
+        thinking = request.thinking if facts.thinking else None  # a parameter the model rejects is not sent
+        budget = int(thinking.get("budget_tokens", 0)) if thinking else 0
+        # A thinking budget counts toward max_tokens and must stay below it: the answer's own
+        # allowance comes on top.
+        max_tokens = min(request.max_tokens + budget, facts.max_output_tokens)
+        if budget and budget >= max_tokens:
+            thinking = {**thinking, "budget_tokens": max(1024, max_tokens // 2)}  # type: ignore[dict-item]
+        attempt = replace(request, model=model, messages=messages, max_tokens=max_tokens, thinking=thinking)
         limit = self._slow_s if has_next else None
         items = self._inner.stream(attempt).__aiter__()
         first = True
@@ -225,6 +233,9 @@ class FailoverLLM:
                     if text:
                         view.shown += text
                         yield TextChunk(text)
+                    continue
+                if isinstance(item, ThinkingChunk):
+                    yield item
                     continue
                 if held := joiner.finish():
                     view.shown += held
@@ -288,14 +299,20 @@ def _merged(done: MessageComplete, base: str) -> MessageComplete:
     exactly what the user saw."""
     content: list[dict[str, Any]] = [dict(b) for b in done.content]
     malformed = list(done.malformed)
-    if content and content[0].get("type") == "text":
-        content[0]["text"] = base + Joiner(base).join(content[0].get("text", ""))
+    # Thinking stays first (the API requires it of a turn in a tool loop).
+    at = next((i for i, b in enumerate(content) if b.get("type") not in _THINKING), len(content))
+    if at < len(content) and content[at].get("type") == "text":
+        content[at]["text"] = base + Joiner(base).join(content[at].get("text", ""))
     elif base.strip():
-        content.insert(0, {"type": "text", "text": base})
+        content.insert(at, {"type": "text", "text": base})
         malformed = [
-            replace(m, block_index=m.block_index + 1) if m.block_index is not None else m for m in malformed
+            replace(m, block_index=m.block_index + 1) if m.block_index is not None and m.block_index >= at else m
+            for m in malformed
         ]
     return replace(done, content=content, malformed=malformed)
+
+
+_THINKING = ("thinking", "redacted_thinking")
 
 
 def _cut_by_limit(done: MessageComplete) -> bool:

@@ -130,6 +130,9 @@ class LLMRequest:
     tools: list[dict[str, Any]]
     messages: list[dict[str, Any]]
     max_tokens: int = 4096
+    thinking: dict[str, Any] | None = None
+    """The `thinking` parameter (agent_core.models.thinking_param); None: not sent. Failover
+    drops it for a model whose facts say it does not think."""
     fit: Callable[[int], Awaitable[LLMRequest]] | None = field(default=None, compare=False, repr=False)
     """Given by the loop: the same request shrunk to fit a window of that many tokens
     (compacting first), so failing over to a smaller-window model never sends what cannot fit."""
@@ -137,6 +140,13 @@ class LLMRequest:
 
 @dataclass(frozen=True, slots=True)
 class TextChunk:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingChunk:
+    """Reasoning as the model streams it: shown as a status, never part of the answer."""
+
     text: str
 
 
@@ -153,14 +163,15 @@ class MalformedToolUse:
 @dataclass(frozen=True, slots=True)
 class MessageComplete:
     content: list[dict[str, Any]]
-    """Assistant content blocks as API dicts; malformed tool inputs are stored as {}."""
+    """Assistant content blocks as API dicts; malformed tool inputs are stored as {}; thinking
+    blocks exactly as the service sent them (their signature vouches for them)."""
     stop_reason: str
     usage: Usage
     model: str
     malformed: list[MalformedToolUse] = field(default_factory=list)
 
 
-StreamItem = TextChunk | MessageComplete
+StreamItem = TextChunk | ThinkingChunk | MessageComplete
 
 
 class LLMClient(Protocol):

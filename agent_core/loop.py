@@ -10,7 +10,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,10 +23,11 @@ from agent_core.events import (
     RunFinished,
     RunStarted,
     TextDelta,
+    ThinkingChanged,
     TurnEnded,
     Usage,
 )
-from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk
+from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk, ThinkingChunk
 from agent_core.models import DEFAULT_MODEL, ModelTable
 from agent_core.ports import AgentStore
 from agent_core.prompt import ContextParts, cache_layout, request_messages, system_blocks, tool_definitions
@@ -56,6 +57,8 @@ class LoopConfig:
     """How much earlier conversation is sent, in characters; older turns are left out. None:
     `CHARS_PER_WINDOW_TOKEN` × the model's context window (agent_core.models), so a 1M-window
     model gets the room it has. Compaction runs before windowing would leave turns out."""
+    thinking: dict[str, Any] | None = None
+    """The `thinking` parameter sent (agent_core.models.thinking_param); None: off, not sent."""
     volatile_in_tail: bool = True
     """Send the volatile system parts (clock, today's log, pinned goal) after the
     conversation's cache breakpoint instead of before it (agent_core.prompt.cache_layout):
@@ -454,7 +457,16 @@ class AgentLoop:
     ) -> MessageComplete:
         done: MessageComplete | None = None
         state.streamed = False
-        async for item in self._llm.stream(llm_request):
+        thinking = False
+        async for item in self._llm.stream(replace(llm_request, thinking=self.config.thinking)):
+            if isinstance(item, ThinkingChunk):
+                if not thinking:
+                    thinking = True
+                    await emit(ThinkingChanged(True))
+                continue
+            if thinking:
+                thinking = False
+                await emit(ThinkingChanged(False))
             if isinstance(item, TextChunk):
                 state.streamed = True
                 state.text += item.text

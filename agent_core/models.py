@@ -67,6 +67,19 @@ DEFAULT_MODEL = "claude-sonnet-5-5"
 
 _DATED = re.compile(r"-\d{8}$")
 
+ThinkingMode = str | int
+"""ROOST_AGENT__THINKING: "off", "adaptive", or a token budget (≥ 1024)."""
+
+
+def thinking_param(mode: ThinkingMode) -> dict[str, object] | None:
+    """The request's `thinking` parameter, with the display set explicitly (newer models
+    omit the reasoning by default; the chat shows that the model is thinking)."""
+    if mode == "off":
+        return None
+    if mode == "adaptive":
+        return {"type": "adaptive", "display": "summarized"}
+    return {"type": "enabled", "budget_tokens": int(mode), "display": "summarized"}
+
 
 class ModelTable:
     """Facts by model id: exact id, else the id without its date suffix, else `UNKNOWN`.

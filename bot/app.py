@@ -30,6 +30,7 @@ from agent_core.llm import LLMClient, LLMRequest, ModelListing, StreamItem
 from agent_core.retry import RetryPolicy
 from bot import breaker_report
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
+from agent_core.models import thinking_param
 from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolRunner
@@ -241,7 +242,8 @@ async def build(
             )
 
         loop_config = LoopConfig(
-            model=settings.agent.model, max_turns=settings.agent.max_turns, max_tokens=settings.agent.max_tokens
+            model=settings.agent.model, max_turns=settings.agent.max_turns, max_tokens=settings.agent.max_tokens,
+            thinking=thinking_param(settings.agent.thinking),
         )
         def worker_limits() -> WorkerLimits:
             w = live.limits.workers

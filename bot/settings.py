@@ -75,6 +75,9 @@ class AgentSettings(_Section):
     """Default: the current Sonnet as the installed SDK lists it (agent_core.models)."""
     fallback_models: list[str] = []
     models: dict[str, ModelSettings] = {}
+    thinking: Literal["off", "adaptive"] | int = "off"
+    """ROOST_AGENT__THINKING: off (default: no thinking parameter sent), adaptive, or a token
+    budget (≥ 1024). Sent only to models whose facts say they think."""
     """Per-model facts over Roost's defaults (agent_core.models.DEFAULT_FACTS)."""
     max_turns: int = Field(10, ge=1, le=200)
     max_tokens: int = Field(4096, ge=1)
@@ -103,6 +106,15 @@ class AgentSettings(_Section):
     compact_keep_tokens: int = Field(20_000, ge=0)
     """The newest turns kept verbatim by a compaction."""
     compact_timeout_s: float = Field(120.0, gt=0)
+
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _thinking_mode(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1024:
+            raise ValueError("a thinking budget must be at least 1024 tokens (or off / adaptive)")
+        return value.strip().lower() if isinstance(value, str) else value
 
     def model_table(self) -> ModelTable:
         """Roost's defaults with `models` laid over them, id by id."""
