@@ -147,7 +147,7 @@ class AnthropicLLM:
                     usage = _usage(event.message.usage)
                 elif kind == "content_block_start":
                     block = event.content_block.model_dump(exclude_none=True)
-                    if block.get("type") == "tool_use":
+                    if block.get("type") in ("tool_use", "server_tool_use"):
                         block["input"] = {}
                         partial_json[event.index] = []
                     blocks[event.index] = block
@@ -241,6 +241,13 @@ def _finish_blocks(
             if problem is not None:
                 malformed.append(MalformedToolUse(tool_id, name, raw, problem, len(content)))
             content.append({"type": "tool_use", "id": tool_id, "name": name, "input": clean_json(parsed)})
+        elif kind == "server_tool_use":
+            # The service's own tool call (web search): its input arrives like a tool_use's.
+            parsed, _ = _parse_tool_input("".join(partial_json.get(index, [])))
+            content.append({"type": "server_tool_use", "id": block["id"], "name": block["name"], "input": parsed})
+        elif kind == "web_search_tool_result":
+            # Sent back exactly as received (its encrypted content is the service's).
+            content.append({k: v for k, v in block.items() if k != "caller"})
         elif kind == "thinking":
             content.append({"type": "thinking", "thinking": block.get("thinking", ""), "signature": block.get("signature", "")})
         elif kind == "redacted_thinking":

@@ -36,11 +36,14 @@ from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
 from agent_core.tools import Messenger, ToolContext, ToolRegistry
 from agent_core.text import clean_json, is_clean
 from agent_core.transcript import repair, size_of, tool_use_ids, unique_tool_ids, window
+from agent_core import web_search
 
 log = logging.getLogger(__name__)
 
 ContextBuilder = Callable[[str, Scope, datetime], ContextParts]
 ToolContextFactory = Callable[["RunRequest"], ToolContext]
+ServerTools = Callable[["RunRequest"], list[dict[str, Any]]]
+"""The service's own tools offered to a run (agent_core.web_search), decided per run."""
 PinnedSource = Callable[["RunRequest"], Awaitable[str]]
 """Text pinned after the cached prefix on every model call (goal lock, current plan step)."""
 
@@ -105,7 +108,9 @@ class AgentLoop:
         pinned: PinnedSource | None = None,
         compactor: Compactor | None = None,
         models: ModelTable | None = None,
+        server_tools: ServerTools | None = None,
     ) -> None:
+        self._server_tools = server_tools
         self.models = models if models is not None else ModelTable()
         self._pinned = pinned
         self.compactor = compactor
@@ -170,7 +175,10 @@ class AgentLoop:
             state.taken = tool_use_ids(history)
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
-            tool_defs = self._tool_definitions()
+            server = self._server_tools(request) if self._server_tools is not None else []
+            tool_defs = self._tool_definitions(server)
+            if server:  # outside the cached system block: the same prefix with and without
+                system = [*system, {"type": "text", "text": "\n".join(SERVER_TOOL_NOTES.get(t["name"], "") for t in server)}]
             ctx = self._tool_context(request)
             ctx.emit = emit  # tools such as `plan` report progress as typed events
             if self.compactor is not None:
@@ -425,12 +433,12 @@ class AgentLoop:
             return self.config.history_budget_chars
         return int(window_tokens * CHARS_PER_WINDOW_TOKEN)
 
-    def _tool_definitions(self) -> list[dict[str, Any]]:
+    def _tool_definitions(self, server: list[dict[str, Any]] = []) -> list[dict[str, Any]]:  # noqa: B006 (never mutated)
         # Built once per tool set: copying every schema on every run cost milliseconds, and
         # the same list keeps the cached prompt prefix byte-identical. Never mutated.
-        names = tuple(self._tools.names())
+        names = (*self._tools.names(), *(t["name"] for t in server))
         if self._tool_defs is None or self._tool_defs[0] != names:
-            self._tool_defs = (names, tool_definitions(self._tools.schemas()))
+            self._tool_defs = (names, tool_definitions([*self._tools.schemas(), *server]))
         return self._tool_defs[1]
 
     async def _finish(self, request: RunRequest, state: _RunState, status: str, stop_reason: str) -> None:
@@ -549,6 +557,7 @@ class _RunState:
 
 
 PAUSE_PROMPT = "[Roost: continue your turn.]"
+SERVER_TOOL_NOTES = {web_search.NAME: web_search.NOTE}
 CHARS_PER_WINDOW_TOKEN = 2.4
 """History budget per token of window: at the ~4 characters a token of English text takes,
 about 60 % of the window, leaving room for the system prompt, tools and the answer. Only the

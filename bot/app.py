@@ -31,6 +31,7 @@ from agent_core.retry import RetryPolicy
 from bot import breaker_report
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
 from agent_core.models import thinking_param
+from agent_core import web_search
 from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolRunner
@@ -226,7 +227,9 @@ async def build(
         for record in expired_at_start:
             log.info("approval.expired_at_start", extra={"approval": record.id})
         # [policy] and [limits] of roost.toml, hot-reloaded; everything below reads them live.
-        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=registry.names())
+        server_names = [web_search.NAME] if settings.agent.web_search else []
+        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits,
+                          known_tools=[*registry.names(), *server_names])  # fmt: skip
         await live.start()
         stack.push_async_callback(live.aclose)
         runner = ToolRunner(
@@ -286,6 +289,8 @@ async def build(
             config=loop_config,
             pinned=lambda request: plans.pinned(request.session_key),  # goal lock + current step
             models=models,
+            server_tools=(lambda request: [web_search.TOOL] if web_search.offered(
+                live.policy, request.scope, request.session_key) else []) if settings.agent.web_search else None,
             compactor=Compactor(llm, storage, CompactionConfig(
                 context_window_tokens=settings.agent.context_window_tokens, compact_at=settings.agent.compact_at,
                 keep_recent_tokens=settings.agent.compact_keep_tokens, timeout_s=settings.agent.compact_timeout_s,

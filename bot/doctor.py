@@ -220,7 +220,10 @@ def _policy(settings: Settings) -> Check:
     from agent_core.builtin_tools import default_tools
     from bot.live_config import describe_policy
 
-    lines, warnings = describe_policy(settings.policy, [t.name for t in default_tools()])
+    from agent_core import web_search
+
+    server = [web_search.NAME] if settings.agent.web_search else []
+    lines, warnings = describe_policy(settings.policy, [*(t.name for t in default_tools()), *server])
     detail = " | ".join(lines)
     if warnings:
         return Check("policy", "warn", f"{detail} | {'; '.join(warnings)}", "fix the tool names in [policy] of roost.toml")

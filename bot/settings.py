@@ -75,6 +75,9 @@ class AgentSettings(_Section):
     """Default: the current Sonnet as the installed SDK lists it (agent_core.models)."""
     fallback_models: list[str] = []
     models: dict[str, ModelSettings] = {}
+    web_search: bool = False
+    """ROOST_AGENT__WEB_SEARCH: offer the API's web search server tool where the policy allows
+    a `read` tool named web_search (agent_core.web_search)."""
     thinking: Literal["off", "adaptive"] | int = "off"
     """ROOST_AGENT__THINKING: off (default: no thinking parameter sent), adaptive, or a token
     budget (≥ 1024). Sent only to models whose facts say they think."""
