@@ -178,11 +178,13 @@ class AnthropicLLM:
                 elif kind == "message_delta":
                     stop_reason = event.delta.stop_reason or stop_reason
                     if event.usage is not None:
+                        server = getattr(event.usage, "server_tool_use", None)
                         usage = Usage(
                             usage.input_tokens,
                             event.usage.output_tokens or usage.output_tokens,
                             usage.cache_read_input_tokens,
                             usage.cache_creation_input_tokens,
+                            (getattr(server, "web_search_requests", 0) or 0) if server else usage.web_search_requests,
                         )
         if not stopped:
             # A proxy or a dying server can end the body cleanly mid-answer: without

@@ -32,18 +32,25 @@ class ModelFacts:
     output_usd_per_mtok: float | None = None
     cache_read_usd_per_mtok: float | None = None
     cache_write_usd_per_mtok: float | None = None
+    web_search_usd_per_1k: float | None = None
+    """Per thousand searches of the web search server tool (needed only once it searched)."""
     price_source: str = ""
     """Where the prices come from; without it (or any of the four prices) the cost is unknown.
     Roost ships no prices: none could be written here with a source beside them."""
 
-    def cost_usd(self, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> float | None:
+    def cost_usd(
+        self, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int, web_searches: int = 0
+    ) -> float | None:
         """What the tokens cost at the configured prices, None when they are not all known."""
         prices = (self.input_usd_per_mtok, self.output_usd_per_mtok, self.cache_read_usd_per_mtok,
                   self.cache_write_usd_per_mtok)  # fmt: skip
         if not self.price_source.strip() or any(p is None for p in prices):
             return None
+        if web_searches and self.web_search_usd_per_1k is None:
+            return None
         tokens = (input_tokens, output_tokens, cache_read, cache_write)
-        return sum(t * p for t, p in zip(tokens, prices, strict=True)) / 1e6  # type: ignore[operator]
+        searched = web_searches * (self.web_search_usd_per_1k or 0.0) / 1000
+        return sum(t * p for t, p in zip(tokens, prices, strict=True)) / 1e6 + searched  # type: ignore[operator]
 
 
 UNKNOWN = ModelFacts()

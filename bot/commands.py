@@ -67,10 +67,10 @@ def parse_command(text: str, bot_username: str | None = None) -> Command | None:
 
 def estimate_cost(
     model: str, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int,
-    prices: ModelTable | None = None,
+    prices: ModelTable | None = None, web_searches: int = 0,
 ) -> float | None:
     """The cost at the prices configured for `model` with their source (ROOST_AGENT__MODELS);
     None — shown as "unknown" — without them: never a guess."""
     if prices is None:
         return None
-    return prices(model).cost_usd(input_tokens, output_tokens, cache_read, cache_write)
+    return prices(model).cost_usd(input_tokens, output_tokens, cache_read, cache_write, web_searches)

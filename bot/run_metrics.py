@@ -133,6 +133,8 @@ class Metrics:
         outcome = meter.outcome
         answered_by = outcome.model if isinstance(outcome, RunFinished) and outcome.model else run.model
         usage = run.usage
+        # Searches are counted by the run's outcome (the runs table keeps tokens only).
+        searches = outcome.usage.web_search_requests if outcome is not None else 0
         return RunMetrics(
             run_id=run.id,
             session_key=run.session_key,
@@ -154,8 +156,9 @@ class Metrics:
             fallbacks=int(not answered_by.startswith(run.model)),
             cost_usd=estimate_cost(
                 answered_by, usage.input_tokens, usage.output_tokens,
-                usage.cache_read_input_tokens, usage.cache_creation_input_tokens, self.prices,
+                usage.cache_read_input_tokens, usage.cache_creation_input_tokens, self.prices, searches,
             ),
+            web_searches=searches,
         )  # fmt: skip
 
     async def anomalies(

@@ -58,13 +58,14 @@ class ModelSettings(_Section):
     output_usd_per_mtok: float | None = Field(None, ge=0)
     cache_read_usd_per_mtok: float | None = Field(None, ge=0)
     cache_write_usd_per_mtok: float | None = Field(None, ge=0)
+    web_search_usd_per_1k: float | None = Field(None, ge=0)
     price_source: str = ""
     """Where the prices come from (a URL and its date): prices without one are refused."""
 
     @model_validator(mode="after")
     def _prices_have_a_source(self) -> ModelSettings:
         prices = (self.input_usd_per_mtok, self.output_usd_per_mtok, self.cache_read_usd_per_mtok,
-                  self.cache_write_usd_per_mtok)  # fmt: skip
+                  self.cache_write_usd_per_mtok, self.web_search_usd_per_1k)  # fmt: skip
         if any(p is not None for p in prices) and not self.price_source.strip():
             raise ValueError("a price needs price_source (where it comes from); without one the cost shows as unknown")
         return self

@@ -40,7 +40,7 @@ def line(t: MetricsTotals) -> str:
         f"({t.tool_errors} errors, {t.tool_seconds:.1f} s); tokens {t.input_tokens:,} in, "
         f"{t.output_tokens:,} out, {t.cache_read_tokens:,} cache read, {t.cache_write_tokens:,} cache write; "
         f"cache hit {ratio(t)}; time {t.duration_s:.1f} s, first token avg {ttft}; "
-        f"fallbacks {t.fallbacks}; {cost(t)}"
+        f"fallbacks {t.fallbacks}; {f'web searches {t.web_searches}; ' if t.web_searches else ''}{cost(t)}"
     )
 
 

@@ -44,6 +44,26 @@ async def test_web_search_is_offered_answered_and_sent_back_unchanged(tmp_path, 
         await adapter.say(private(OWNER_ID, "thanks"))
         await adapter.wait_for(lambda: len(adapter.closed_replies()) == 2, timeout=15)
         assert fake_api.requests[-1].status == 200
+        # Its cost in /usage: the searches are counted; unpriced, the cost is unknown.
+        await app.conversations.lanes.drain()
+        await app.conversations.metrics.settle()
+        await adapter.say(private(OWNER_ID, "/usage"))
+        report = adapter.notices[-1][1]
+        today = next(line for line in report.splitlines() if line.startswith("Today, total"))
+        assert "web searches 1;" in today and "cost unknown" in today
+
+
+def test_a_search_without_its_price_makes_the_cost_unknown() -> None:
+    from agent_core.models import ModelFacts
+
+    priced = ModelFacts(input_usd_per_mtok=3, output_usd_per_mtok=15, cache_read_usd_per_mtok=0.3,
+                        cache_write_usd_per_mtok=3.75, price_source="https://example.test/pricing")  # fmt: skip
+    assert priced.cost_usd(1_000_000, 0, 0, 0) == 3
+    assert priced.cost_usd(1_000_000, 0, 0, 0, web_searches=2) is None
+    import dataclasses
+
+    with_search = dataclasses.replace(priced, web_search_usd_per_1k=10.0)
+    assert with_search.cost_usd(1_000_000, 0, 0, 0, web_searches=2) == 3 + 0.02
 
 
 async def test_web_search_off_by_default_and_denied_by_a_groups_policy(tmp_path, fake_api: FakeAnthropic) -> None:

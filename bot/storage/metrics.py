@@ -45,6 +45,7 @@ class RunMetrics:
     cache_write_tokens: int
     fallbacks: int
     cost_usd: float | None
+    web_searches: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ class MetricsTotals:
     """Of the runs whose cost is known (see `unpriced_runs`)."""
     unpriced_runs: int = 0
     """Runs of a model without configured prices: their cost is unknown, not zero."""
+    web_searches: int = 0
 
     @property
     def cache_hit_ratio(self) -> float | None:
@@ -93,6 +95,7 @@ _SUMS = (
     func.coalesce(func.sum(_M.fallbacks), 0),
     func.coalesce(func.sum(_M.cost_usd), 0.0),
     func.coalesce(func.sum(case((_M.cost_usd.is_(None), 1), else_=0)), 0),
+    func.coalesce(func.sum(_M.web_searches), 0),
 )
 
 
