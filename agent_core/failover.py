@@ -13,7 +13,8 @@ Per model, in order (the requested one first, then each fallback once):
    (`slow_first_token_s`, only while another model is left) → next model, not counted.
 3. A feature, parameter or model the model does not take (`LLMUnsupported`) → the next
    model at once, not counted on the breaker; when the model table said the model took it
-   (prefill, a max_tokens limit), the table learns better and the same model is retried once.
+   (prefill, thinking, a max_tokens limit), the table learns better and the same model is
+   retried once.
 4. Any other error (auth, a rejected conversation) propagates at once.
 
 A retry after text was shown continues that text without a prefill unless the model table
@@ -191,6 +192,9 @@ class FailoverLLM:
         if exc.feature == "prefill" and facts.prefill:
             self._facts.learn(model, prefill=False)
             return True
+        if exc.feature == "thinking" and facts.thinking:
+            self._facts.learn(model, thinking=False)
+            return True
         if exc.feature == "max_tokens" and exc.limit and exc.limit < facts.max_output_tokens:
             self._facts.learn(model, max_output_tokens=exc.limit)
             return True
@@ -208,7 +212,9 @@ class FailoverLLM:
         text shown before this try (if any) as the start of its first text block."""
         base = view.shown
         facts = self._facts(model)
-        messages = continuation_messages(request.messages, base, prefill=facts.prefill)
+        # With thinking on, the service takes no prefill either: the user-turn way then.
+        prefill = facts.prefill and not (request.thinking and facts.thinking)
+        messages = continuation_messages(request.messages, base, prefill=prefill)
         joiner = Joiner(base)
         thinking = request.thinking if facts.thinking else None  # a parameter the model rejects is not sent
         budget = int(thinking.get("budget_tokens", 0)) if thinking else 0

@@ -108,3 +108,22 @@ async def test_telegram_shows_thinking_status_then_only_the_answer(tmp_path, tg:
     assert any("💭 thinking…" in t for t in texts), texts
     assert not any("step by step" in t for t in texts), "the reasoning is never shown"
     assert fake_api.requests[0].json["thinking"]["display"] == "summarized"
+
+
+async def test_a_model_refusing_thinking_is_learned_and_answers_without_it(fake_api, tmp_path) -> None:
+    # The table says it thinks; the service says otherwise: retried at once without the
+    # parameter (not a /new, not a wait), and later runs do not send it again.
+    from tests.fakes.anthropic_models import FakeModel
+
+    rig = await thinking_rig(fake_api, tmp_path)
+    fake_api.models[PRIMARY] = FakeModel(PRIMARY, PRIMARY, thinking=False)
+    try:
+        fake_api.responder = lambda body: reply_text(ANSWER)
+        events, visible = await rig.run()
+        assert finished(events).text == ANSWER and visible == ANSWER
+        assert [r.status for r in fake_api.requests] == [400, 200]
+        assert "thinking" not in fake_api.requests[1].json
+        await rig.run("again")
+        assert "thinking" not in fake_api.requests[-1].json and fake_api.requests[-1].status == 200
+    finally:
+        await close(rig)
