@@ -68,6 +68,8 @@ SUMMARY_SYSTEM = (
 _RATIOS_KEPT = 1024
 
 DEFAULT_WINDOW_TOKENS = 200_000
+COUNT_BAND = (0.5, 2.0)
+"""Estimates within this share of the threshold are checked with count_tokens (uncalibrated)."""
 WINDOW_SHARE = 0.9
 """Compaction is due when the history fills this share of the loop's window budget."""
 
@@ -269,6 +271,14 @@ class Compactor:
         tokens = int(raw_tokens * self._ratio.get(call.session_key, 1.0))
         self._pending[call.session_key] = raw_tokens
         forced = call.session_key in self._forced
+        threshold = self.config.window_for(call.context_window_tokens) * self.config.compact_at
+        if not forced and call.session_key not in self._ratio and COUNT_BAND[0] <= tokens / threshold < COUNT_BAND[1]:
+            # Uncalibrated and near the threshold, where a characters-per-token guess decides:
+            # ask the service for the real count (count_tokens) and calibrate with it.
+            real = await self._count(call, history)
+            if real is not None and raw_tokens > 0:
+                self._ratio[call.session_key] = min(4.0, max(0.25, real / raw_tokens))
+                tokens = real
         near_window = (
             self.config.before_window and call.history_budget_chars is not None
             and history_chars > call.history_budget_chars * WINDOW_SHARE
@@ -307,6 +317,20 @@ class Compactor:
         await self._store.save_compaction(CompactionRecord(call.session_key, cut, summary, tokens, after, True, "", forced))
         log.info("compaction.done", extra={"session": call.session_key, "before": tokens, "after": after})
         return new_history
+
+    async def _count(self, call: CompactionCall, history: list[dict[str, Any]]) -> int | None:
+        count = getattr(self._llm, "count_tokens", None)
+        if count is None:
+            return None
+        request = LLMRequest(call.model, call.system, call.tools, repair([*history, {"role": "user", "content": call.incoming}]))
+        try:
+            async with asyncio.timeout(10):
+                return int(await count(request))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 — the estimate stands; counting is a refinement
+            log.info("compaction.count_failed", extra={"session": call.session_key, "error": type(exc).__name__})
+            return None
 
     def _fixed_chars(self, call: CompactionCall) -> int:
         """Characters of system, tools and this run's message; the tool list is the loop's

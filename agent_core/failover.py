@@ -169,6 +169,13 @@ class FailoverLLM:
                     permit.release()
         raise _exhausted(tried)
 
+    async def count_tokens(self, request: LLMRequest) -> int:
+        """The prompt's size as the service counts it (the inner client's count_tokens)."""
+        count = getattr(self._inner, "count_tokens", None)
+        if count is None:
+            raise LLMError("This model client cannot count tokens.")
+        return int(await count(request))
+
     async def _fitted(self, request: LLMRequest, model: str) -> LLMRequest:
         """`request` shrunk (compacted by the loop's `fit`) when `model` has a smaller window
         than the requested model and the prompt, counted by the service, would not fit it."""

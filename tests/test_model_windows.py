@@ -87,3 +87,31 @@ async def test_compaction_triggers_from_the_window_of_the_model_used(fake_api, t
             await rig.llm.aclose()
             await rig.core.llm.aclose()
             await rig.core.storage.aclose()
+
+
+async def test_near_the_threshold_the_real_token_count_decides_not_a_guess(fake_api, tmp_path) -> None:
+    # Partly CJK text: about a token a character (the fake weighs it so), which chars/4
+    # undercounts. ~32k real tokens, over the 30k threshold; ~20k by the guess (inside the
+    # band where a guess would decide, under the history budget): counted, it compacts.
+    window = 40_000
+    rig = await make_rig(fake_api, tmp_path, fallbacks=(), facts=ModelTable({PRIMARY: ModelFacts(context_window=window)}))
+    try:
+        for i in range(8):
+            await rig.core.storage.append_message("main", None, "user", [{"type": "text", "text": f"Turn {i}. " + "字" * 2000 + " word" * 1500}])
+            await rig.core.storage.append_message("main", None, "assistant", [{"type": "text", "text": f"Noted {i}."}])
+        rig.core.loop.compactor = Compactor(rig.core.loop._llm, rig.core.storage, CompactionConfig(keep_recent_tokens=2_000))
+
+        def respond(body: dict[str, Any]) -> Reply:
+            if any(SUMMARY_SYSTEM in b.get("text", "") for b in body.get("system") or []):
+                return reply_text(SUMMARY)
+            return reply_text("ok" if FLUSH_PROMPT not in _sent(body) else "nothing to save")
+
+        fake_api.responder = respond
+        finished((await rig.run("next?"))[0])
+        assert any(r.path.endswith("/count_tokens") for r in fake_api.requests), "asked for the real count"
+        latest, _ = await rig.core.storage.compaction_state("main")
+        assert latest is not None, "the real count is over the threshold: compacted"
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()

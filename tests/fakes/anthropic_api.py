@@ -20,7 +20,7 @@ Contract:
   rejected before that point consumes nothing.
 - Every request is recorded on arrival (``requests``) and updated as its answer proceeds.
 - ``context_window_tokens``: when set, a ``/v1/messages`` request whose prompt counts more
-  tokens (``ceil(characters / 4)`` of its canonical JSON, as ``count_tokens`` reports) gets the
+  tokens (``anthropic_usage.count_tokens``: ASCII at 4 characters a token, others 1) gets the
   real 400 ``invalid_request_error`` "prompt is too long: N tokens > M maximum".
 - ``models`` (default ``anthropic_models.DEFAULT_MODELS``, a per-fake copy): per model id its
   window, output limit and whether it accepts prefill, ``temperature`` and ``thinking``; a
