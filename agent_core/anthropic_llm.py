@@ -310,7 +310,7 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
             too_long = _TOO_LONG.search(message)
             if too_long or "prompt is too long" in message.lower():
                 return LLMBadRequest(
-                    "This conversation is too long for the model; send /new to start fresh.",
+                    "This conversation is too long for the model.",  # /new is the loop's last resort, not this
                     detail=message,
                     too_long=True,
                     prompt_tokens=int(too_long.group(1)) if too_long else None,
