@@ -25,7 +25,10 @@ MessageComplete reports, so the stored transcript holds exactly what the user sa
 that stops at `max_tokens` mid-text is continued the same way (`max_continuations`, once by
 default). A refusal before any text, with another model left, goes to that model. When a model
 other than the requested one gave the final answer, a short note saying so ends the visible
-text (it is not part of the stored content). `max_tokens` is clamped to each model's limit.
+text (it is not part of the stored content). `max_tokens` is clamped to each model's limit;
+`thinking` is sent only to models that think. Before a fallback with a smaller context window
+than the requested model is tried, the prompt is counted (`count_tokens`) and, if it would not
+fit, shrunk by the loop's `LLMRequest.fit` (compaction to that window) first.
 """
 
 from __future__ import annotations

@@ -116,6 +116,8 @@ class AgentSettings(_Section):
     def _thinking_mode(cls, value: Any) -> Any:
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value.strip())
+        elif isinstance(value, str) and value.strip().lower() not in ("off", "adaptive"):
+            raise ValueError(f"{value!r}: use off, adaptive or a thinking token budget (at least 1024)")
         if isinstance(value, int) and not isinstance(value, bool) and value < 1024:
             raise ValueError("a thinking budget must be at least 1024 tokens (or off / adaptive)")
         return value.strip().lower() if isinstance(value, str) else value
