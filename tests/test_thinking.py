@@ -127,3 +127,23 @@ async def test_a_model_refusing_thinking_is_learned_and_answers_without_it(fake_
         assert "thinking" not in fake_api.requests[-1].json and fake_api.requests[-1].status == 200
     finally:
         await close(rig)
+
+
+async def test_discord_shows_thinking_status_then_only_the_answer(tmp_path, fake_api: FakeAnthropic) -> None:
+    from tests.discord_harness import OWNER as DC_OWNER
+    from tests.discord_harness import TOKEN as DC_TOKEN
+    from tests.discord_harness import running as dc_running
+    from tests.discord_harness import world
+    from tests.fakes.discord_api import FakeDiscord
+
+    agent = {"thinking": "adaptive", "models": {"claude-test": {"thinking": True}}}
+    fake_api.script(Reply(Thinking("Let me work this out carefully step by step. " * 6, chunk_size=10), Stall(1.5), Text(ANSWER)))
+    with FakeDiscord(token=DC_TOKEN) as raw:
+        dc = world(raw)
+        async with dc_running(tmp_path, dc, fake_api, agent=agent) as h:
+            dm = dc.dm_channel(DC_OWNER)
+            dc.say(dm, DC_OWNER, "how many lines?")
+            await dc.await_for(lambda: [m.content for m in dc.bot_messages(dm)] == [ANSWER], 20)
+            contents = [c.json.get("content", "") for c in h.changes_in(dm)]
+    assert any("💭 thinking…" in t for t in contents), contents
+    assert not any("step by step" in t for t in contents), "the reasoning is never shown"
