@@ -569,7 +569,6 @@ _STOP_NOTICES = {
     "model_context_window_exceeded": (
         "(The conversation still fills the model's context window after compacting; send /compact or /new.)"
     ),
-    "pause_turn": "(The model paused its turn too many times; say 'continue' to go on.)",
 }
 
 
