@@ -228,7 +228,10 @@ class CommandHandlers:
             return "The model endpoint lists no models.\n"
         shown = ", ".join(m.id for m in offered[:30])
         more = f" (+{len(offered) - 30} more)" if len(offered) > 30 else ""
-        return f"The endpoint offers: {shown}{more}\n"
+        ids = {m.id for m in offered}
+        missing = [m for m in self._c.models if m not in ids]
+        warning = f"Configured but not offered by the endpoint: {', '.join(missing)}\n" if missing else ""
+        return f"The endpoint offers: {shown}{more}\n{warning}"
 
     async def _cmd_pair(self, command: Command, inbound: Inbound, route: Accept) -> str:
         platform, _, code = command.args.partition(" ")

@@ -59,3 +59,5 @@ async def test_model_command_lists_what_the_endpoint_offers(tmp_path: Path, fake
     offered = next(line for line in listing.splitlines() if line.startswith("The endpoint offers: "))
     assert "claude-sonnet-5-5" in offered and "claude-opus-4-8" in offered
     assert any(r.path == "/v1/models" for r in fake_api.requests)
+    # claude-test (the harness's model) is not in the fake's catalogue: said so.
+    assert "Configured but not offered by the endpoint: claude-test" in listing
