@@ -22,6 +22,7 @@ from agent_core.events import (
     ApprovalResolved,
     Event,
     PlanProgress,
+    ThinkingChanged,
     RunFailed,
     RunFinished,
     TextDelta,
@@ -244,6 +245,9 @@ class ConsoleReply:
             case PlanProgress():
                 c._line_break()
                 c._write(f"  📋 {show_controls(event.line())}\n")
+            case ThinkingChanged(active=True):
+                c._line_break()
+                c._write("  💭 thinking…\n")
             case WorkersChanged(running=running):
                 c._line_break()
                 c._write(f"  👷 {running} worker{'s' if running != 1 else ''} running\n")

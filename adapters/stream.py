@@ -238,7 +238,7 @@ class StreamRenderer:
                 if not layout.board.apply(event):
                     return
                 layout.open_part.dirty = True
-                if event.type in ("tool_started", "approval_requested"):
+                if event.type in ("tool_started", "approval_requested", "thinking_changed"):
                     self._content_arrived()
         self._schedule()
 

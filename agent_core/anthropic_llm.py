@@ -29,10 +29,13 @@ from agent_core.llm import (
     LLMStalled,
     LLMTruncated,
     LLMUnavailable,
+    LLMUnsupported,
     MalformedToolUse,
+    ModelListing,
     MessageComplete,
     StreamItem,
     TextChunk,
+    ThinkingChunk,
 )
 from agent_core.text import clean_json, clean_text
 
@@ -74,6 +77,39 @@ class AnthropicLLM:
             # A connection dropped mid-stream is not wrapped by the SDK.
             raise LLMUnavailable("The connection to the model service broke mid-answer.") from exc
 
+    async def count_tokens(self, request: LLMRequest) -> int:
+        """The prompt's size as the service counts it (POST /v1/messages/count_tokens)."""
+        kwargs: dict[str, Any] = {"model": request.model, "system": request.system, "messages": request.messages}
+        if request.tools:
+            kwargs["tools"] = request.tools
+        try:
+            counted = await self._client.messages.count_tokens(**kwargs)
+        except anthropic.APIError as exc:
+            raise translate_error(exc) from exc
+        return counted.input_tokens
+
+    async def list_models(self) -> list[ModelListing]:
+        if not self._has_key:
+            raise LLMAuthError("No API key for the model service: set ANTHROPIC_API_KEY.")
+        try:
+            return [_listing(m) async for m in self._client.models.list(limit=100)]
+        except anthropic.APIError as exc:
+            raise translate_error(exc) from exc
+        except httpx2.TransportError as exc:
+            raise LLMUnavailable("Could not reach the model service.") from exc
+
+    async def model_info(self, model_id: str) -> ModelListing | None:
+        if not self._has_key:
+            raise LLMAuthError("No API key for the model service: set ANTHROPIC_API_KEY.")
+        try:
+            return _listing(await self._client.models.retrieve(model_id))
+        except anthropic.NotFoundError:
+            return None
+        except anthropic.APIError as exc:
+            raise translate_error(exc) from exc
+        except httpx2.TransportError as exc:
+            raise LLMUnavailable("Could not reach the model service.") from exc
+
     async def _stream(self, request: LLMRequest) -> AsyncIterator[StreamItem]:
         kwargs: dict[str, Any] = {
             "model": request.model,
@@ -83,6 +119,8 @@ class AnthropicLLM:
         }
         if request.tools:
             kwargs["tools"] = request.tools
+        if request.thinking is not None:
+            kwargs["thinking"] = request.thinking
         # The wait for the response's headers counts as a stall too.
         stream = await self._within_stall(self._client.messages.create(stream=True, **kwargs))
         blocks: dict[int, dict[str, Any]] = {}
@@ -109,7 +147,7 @@ class AnthropicLLM:
                     usage = _usage(event.message.usage)
                 elif kind == "content_block_start":
                     block = event.content_block.model_dump(exclude_none=True)
-                    if block.get("type") == "tool_use":
+                    if block.get("type") in ("tool_use", "server_tool_use"):
                         block["input"] = {}
                         partial_json[event.index] = []
                     blocks[event.index] = block
@@ -125,6 +163,14 @@ class AnthropicLLM:
                             yield TextChunk(text)
                     elif delta.type == "input_json_delta":
                         partial_json.setdefault(event.index, []).append(delta.partial_json)
+                    elif delta.type == "thinking_delta":
+                        # Kept byte for byte (never cleaned): the signature vouches for it.
+                        block = blocks[event.index]
+                        block["thinking"] = block.get("thinking", "") + delta.thinking
+                        if delta.thinking:
+                            yield ThinkingChunk(delta.thinking)
+                    elif delta.type == "signature_delta":
+                        blocks[event.index]["signature"] = delta.signature
                 elif kind == "content_block_stop" and event.index in held:
                     text = clean_text(held.pop(event.index))
                     blocks[event.index]["text"] = blocks[event.index].get("text", "") + text
@@ -132,11 +178,13 @@ class AnthropicLLM:
                 elif kind == "message_delta":
                     stop_reason = event.delta.stop_reason or stop_reason
                     if event.usage is not None:
+                        server = getattr(event.usage, "server_tool_use", None)
                         usage = Usage(
                             usage.input_tokens,
                             event.usage.output_tokens or usage.output_tokens,
                             usage.cache_read_input_tokens,
                             usage.cache_creation_input_tokens,
+                            (getattr(server, "web_search_requests", 0) or 0) if server else usage.web_search_requests,
                         )
         if not stopped:
             # A proxy or a dying server can end the body cleanly mid-answer: without
@@ -158,6 +206,13 @@ class AnthropicLLM:
             raise LLMStalled(
                 f"The model service stopped sending for {self._stall_s:g} s mid-answer."
             ) from None
+
+
+def _listing(info: Any) -> ModelListing:
+    return ModelListing(
+        clean_text(info.id), clean_text(info.display_name or ""),
+        getattr(info, "max_input_tokens", None), getattr(info, "max_tokens", None),
+    )  # fmt: skip
 
 
 def _join_pairs(text: str) -> str:
@@ -188,7 +243,18 @@ def _finish_blocks(
             if problem is not None:
                 malformed.append(MalformedToolUse(tool_id, name, raw, problem, len(content)))
             content.append({"type": "tool_use", "id": tool_id, "name": name, "input": clean_json(parsed)})
-        # thinking and other block types are not produced without being asked for
+        elif kind == "server_tool_use":
+            # The service's own tool call (web search): its input arrives like a tool_use's.
+            parsed, _ = _parse_tool_input("".join(partial_json.get(index, [])))
+            content.append({"type": "server_tool_use", "id": block["id"], "name": block["name"], "input": parsed})
+        elif kind == "web_search_tool_result":
+            # Sent back exactly as received (its encrypted content is the service's).
+            content.append({k: v for k, v in block.items() if k != "caller"})
+        elif kind == "thinking":
+            content.append({"type": "thinking", "thinking": block.get("thinking", ""), "signature": block.get("signature", "")})
+        elif kind == "redacted_thinking":
+            content.append({"type": "redacted_thinking", "data": block.get("data", "")})
+        # other block types are not produced without being asked for
     return content, malformed
 
 
@@ -231,12 +297,20 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
             return LLMAuthError(
                 "The model service rejected the API key (check ANTHROPIC_API_KEY)."
             )
+        if status == 404 and _api_error_type(exc) == "not_found_error" and _api_message(exc).startswith("model:"):
+            model = _api_message(exc).removeprefix("model:").strip()
+            return LLMUnsupported(
+                f"The model service does not know the model {model} (check ROOST_AGENT__MODEL; "
+                "`roost doctor` checks every configured id).", feature="model", detail=_api_message(exc),
+            )
+        if status == 400 and (unsupported := _unsupported(_api_message(exc))) is not None:
+            return unsupported
         if status == 400:
             message = _api_message(exc)
             too_long = _TOO_LONG.search(message)
             if too_long or "prompt is too long" in message.lower():
                 return LLMBadRequest(
-                    "This conversation is too long for the model; send /new to start fresh.",
+                    "This conversation is too long for the model.",  # /new is the loop's last resort, not this
                     detail=message,
                     too_long=True,
                     prompt_tokens=int(too_long.group(1)) if too_long else None,
@@ -253,6 +327,26 @@ def translate_error(exc: anthropic.APIError) -> LLMError:
     return LLMError("The model service failed.")
 
 
+def _unsupported(message: str) -> LLMUnsupported | None:
+    """A 400 about what the model accepts rather than about the conversation."""
+    lowered = message.lower()
+    if "does not support assistant message prefill" in lowered:
+        return LLMUnsupported("The model does not accept a prefilled answer.", feature="prefill", detail=message)
+    if limit := _MAX_OUTPUT.search(message):
+        return LLMUnsupported(
+            f"The model allows at most {limit.group(1)} output tokens (ROOST_AGENT__MAX_TOKENS is higher).",
+            feature="max_tokens", detail=message, limit=int(limit.group(1)),
+        )  # fmt: skip
+    parameter = _PARAMETER.match(message)
+    if parameter and parameter.group(1) in _PARAMETERS and ("support" in lowered or "deprecated" in lowered):
+        name = parameter.group(1)
+        return LLMUnsupported(f"The model does not support `{name}`.", feature=name, detail=message)
+    return None
+
+
+_MAX_OUTPUT = re.compile(r"max_tokens: \d+ > (\d+), which is the maximum allowed number of output tokens")
+_PARAMETER = re.compile(r"`?(\w+)`?[: ]")
+_PARAMETERS = ("temperature", "top_p", "top_k", "thinking", "output_config", "speed", "service_tier", "inference_geo")
 _TOO_LONG = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)", re.IGNORECASE)
 _STREAM_ERROR_STATUS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
 

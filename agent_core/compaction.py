@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from agent_core.events import Usage
 from agent_core.llm import LLMClient, LLMRequest, MessageComplete, TextChunk
-from agent_core.transcript import repair, size_of
+from agent_core.transcript import repair, size_of, window
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,9 @@ SUMMARY_SYSTEM = (
 
 _RATIOS_KEPT = 1024
 
+DEFAULT_WINDOW_TOKENS = 200_000
+COUNT_BAND = (0.5, 2.0)
+"""Estimates within this share of the threshold are checked with count_tokens (uncalibrated)."""
 WINDOW_SHARE = 0.9
 """Compaction is due when the history fills this share of the loop's window budget."""
 
@@ -75,7 +78,9 @@ MEMORY_TOOLS = frozenset({"memory_write", "memory_search", "memory_get"})
 
 @dataclass(frozen=True, slots=True)
 class CompactionConfig:
-    context_window_tokens: int = 200_000
+    context_window_tokens: int | None = None
+    """An override of every model's window (ROOST_AGENT__CONTEXT_WINDOW_TOKENS); None: the
+    window of the model the run uses (CompactionCall.context_window_tokens)."""
     compact_at: float = 0.75
     """Compact when the estimated context reaches this share of the window."""
     keep_recent_tokens: int = 20_000
@@ -91,9 +96,12 @@ class CompactionConfig:
     retry_growth: float = 0.10
     """After a failed attempt, the next automatic one waits for this much more of the window."""
 
+    def window_for(self, call_window: int | None) -> int:
+        return self.context_window_tokens or call_window or DEFAULT_WINDOW_TOKENS
+
     @property
     def threshold_tokens(self) -> int:
-        return int(self.context_window_tokens * self.compact_at)
+        return int(self.window_for(None) * self.compact_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +150,8 @@ class CompactionCall:
     """Filled with what the user must be told (a failed attempt)."""
     usage: Usage = field(default_factory=Usage)
     """What the flush and summary calls spent (even a failed attempt's): the run counts it."""
+    context_window_tokens: int | None = None
+    """The window of the model this run uses (agent_core.models); None: the config's."""
 
 
 def estimate_tokens(*parts: Any) -> int:
@@ -263,11 +273,20 @@ class Compactor:
         tokens = int(raw_tokens * self._ratio.get(call.session_key, 1.0))
         self._pending[call.session_key] = raw_tokens
         forced = call.session_key in self._forced
+        threshold = self.config.window_for(call.context_window_tokens) * self.config.compact_at
+        if not forced and call.session_key not in self._ratio and COUNT_BAND[0] <= tokens / threshold < COUNT_BAND[1]:
+            # Uncalibrated and near the threshold, where a characters-per-token guess decides:
+            # ask the service for the real count (count_tokens) and calibrate with it.
+            real = await self._count(call, history)
+            if real is not None and raw_tokens > 0:
+                self._ratio[call.session_key] = min(4.0, max(0.25, real / raw_tokens))
+                tokens = real
         near_window = (
             self.config.before_window and call.history_budget_chars is not None
             and history_chars > call.history_budget_chars * WINDOW_SHARE
         )  # fmt: skip
-        if not forced and not self._due(tokens, attempt, near_window):
+        window_tokens = self.config.window_for(call.context_window_tokens)
+        if not forced and not self._due(tokens, attempt, near_window, window_tokens):
             return history
         self._forced.discard(call.session_key)
         floor = latest.covered - 1 if latest is not None else -1
@@ -301,6 +320,20 @@ class Compactor:
         log.info("compaction.done", extra={"session": call.session_key, "before": tokens, "after": after})
         return new_history
 
+    async def _count(self, call: CompactionCall, history: list[dict[str, Any]]) -> int | None:
+        count = getattr(self._llm, "count_tokens", None)
+        if count is None:
+            return None
+        request = LLMRequest(call.model, call.system, call.tools, repair([*history, {"role": "user", "content": call.incoming}]))
+        try:
+            async with asyncio.timeout(10):
+                return int(await count(request))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 — the estimate stands; counting is a refinement
+            log.info("compaction.count_failed", extra={"session": call.session_key, "error": type(exc).__name__})
+            return None
+
     def _fixed_chars(self, call: CompactionCall) -> int:
         """Characters of system, tools and this run's message; the tool list is the loop's
         cached one, so its size is computed once per tool set."""
@@ -308,14 +341,18 @@ class Compactor:
             self._tools_size = (call.tools, len(json.dumps(call.tools, ensure_ascii=False)))
         return self._tools_size[1] + len(json.dumps([call.system, call.incoming], ensure_ascii=False))
 
-    def _due(self, tokens: int, attempt: CompactionRecord | None, near_window: bool = False) -> bool:
-        if tokens < self.config.threshold_tokens and not near_window:
+    def _due(
+        self, tokens: int, attempt: CompactionRecord | None, near_window: bool = False, window_tokens: int | None = None
+    ) -> bool:
+        window_tokens = window_tokens or self.config.window_for(None)
+        threshold = int(window_tokens * self.config.compact_at)
+        if tokens < threshold and not near_window:
             return False
-        stuck = attempt is not None and (not attempt.ok or attempt.tokens_after >= self.config.threshold_tokens)
+        stuck = attempt is not None and (not attempt.ok or attempt.tokens_after >= threshold)
         if attempt is not None and stuck:
             # One attempt per crossing: after a failure (or a compaction that could not get
             # under the threshold) wait until the context has grown by `retry_growth` more.
-            regrow = int(self.config.context_window_tokens * self.config.retry_growth)
+            regrow = int(window_tokens * self.config.retry_growth)
             return tokens >= attempt.tokens_after + regrow  # a failed attempt's 'after' is its 'before'
         return True
 
@@ -328,6 +365,10 @@ class Compactor:
     async def _flush(self, call: CompactionCall, history: list[dict[str, Any]]) -> None:
         """The silent memory-flush turn(s): nothing of it is shown or stored in the transcript;
         only memory tools run."""
+        if call.history_budget_chars is not None:
+            # What the loop would send: a compaction that makes room for a smaller window
+            # must not first send the whole history to that window.
+            history = window(history, call.history_budget_chars)
         messages = repair([*history, {"role": "user", "content": [{"type": "text", "text": FLUSH_PROMPT}]}])
         for _ in range(self.config.flush_turns):
             done = await self._complete(LLMRequest(call.model, call.system, call.tools, messages, 1024), call)
@@ -366,7 +407,7 @@ class Compactor:
     async def _complete(self, request: LLMRequest, call: CompactionCall) -> MessageComplete:
         done: MessageComplete | None = None
         async for item in self._llm.stream(request):
-            if not isinstance(item, TextChunk):
+            if isinstance(item, MessageComplete):
                 done = item
         if done is None:
             raise ValueError("the model sent no answer")

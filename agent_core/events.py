@@ -15,6 +15,8 @@ class Usage:
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    web_search_requests: int = 0
+    """Searches the web search server tool made (agent_core.web_search)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -22,6 +24,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_read_input_tokens + other.cache_read_input_tokens,
             self.cache_creation_input_tokens + other.cache_creation_input_tokens,
+            self.web_search_requests + other.web_search_requests,
         )
 
 
@@ -149,9 +152,19 @@ class WorkersChanged:
     type: Literal["workers_changed"] = "workers_changed"
 
 
+@dataclass(frozen=True, slots=True)
+class ThinkingChanged:
+    """The model started (`active`) or stopped thinking. Chats show a "💭 thinking…" status
+    meanwhile; the reasoning itself is never part of the answer."""
+
+    active: bool
+    type: Literal["thinking_changed"] = "thinking_changed"
+
+
 Event = (
     RunStarted
     | TextDelta
+    | ThinkingChanged
     | TurnEnded
     | ToolStarted
     | ToolFinished

@@ -11,14 +11,24 @@ Per model, in order (the requested one first, then each fallback once):
    retries are spent, the breaker opened, or the wait would exceed `wait_for_fallback_s` while
    another model is left — then the next model. Too slow to a first item
    (`slow_first_token_s`, only while another model is left) → next model, not counted.
-3. Any other error (auth, a rejected request) propagates at once.
+3. A feature, parameter or model the model does not take (`LLMUnsupported`) → the next
+   model at once, not counted on the breaker; when the model table said the model took it
+   (prefill, thinking, a max_tokens limit), the table learns better and the same model is
+   retried once.
+4. Any other error (auth, a rejected conversation) propagates at once.
 
-A retry after text was shown continues that text: the shown text (trailing whitespace
-removed, as the API requires) is sent as a prefill of the assistant turn, so the model carries
-on from where the user's view is; the retried stream's output is appended, and the merged text
-block is what the MessageComplete reports, so the stored transcript holds exactly what the user
-saw. When a model other than the requested one gave the final answer, a short note saying so
-ends the visible text (it is not part of the stored content).
+A retry after text was shown continues that text without a prefill unless the model table
+says the model accepts one (agent_core.continuation): the shown text goes back as a finished
+assistant turn plus a user turn asking to continue exactly after it; whatever the continuation
+repeats of the shown text is dropped before it is shown, and the merged text block is what the
+MessageComplete reports, so the stored transcript holds exactly what the user saw. An answer
+that stops at `max_tokens` mid-text is continued the same way (`max_continuations`, once by
+default). A refusal before any text, with another model left, goes to that model. When a model
+other than the requested one gave the final answer, a short note saying so ends the visible
+text (it is not part of the stored content). `max_tokens` is clamped to each model's limit;
+`thinking` is sent only to models that think. Before a fallback with a smaller context window
+than the requested model is tried, the prompt is counted (`count_tokens`) and, if it would not
+fit, shrunk by the loop's `LLMRequest.fit` (compaction to that window) first.
 """
 
 from __future__ import annotations
@@ -42,10 +52,15 @@ from agent_core.llm import (
     LLMSlow,
     LLMStalled,
     LLMTruncated,
+    LLMUnsupported,
     MessageComplete,
     StreamItem,
     TextChunk,
+    ThinkingChunk,
 )
+from agent_core.continuation import Joiner, continuation_messages
+from agent_core.events import Usage
+from agent_core.models import ModelTable
 from agent_core.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -67,7 +82,11 @@ class FailoverLLM:
         slow_first_token_s: float | None = None,
         sleep: Sleep = asyncio.sleep,
         rand: Callable[[], float] = random.random,
+        facts: ModelTable | None = None,
+        max_continuations: int = 1,
     ) -> None:
+        self._facts = facts if facts is not None else ModelTable()
+        self._max_continuations = max_continuations
         self._inner = inner
         self._fallbacks = list(fallback_models)
         self._retry = retry
@@ -83,6 +102,8 @@ class FailoverLLM:
         for position, model in enumerate(models):
             has_next = position < len(models) - 1
             retries = 0
+            relearned = False
+            request = await self._fitted(request, model)
             while True:
                 permit = self._permit(model)
                 if permit is None:
@@ -90,12 +111,43 @@ class FailoverLLM:
                     view.errors[model] = tried[-1][1]
                     break
                 try:
+                    shown_before = view.shown
+                    done: MessageComplete | None = None
                     async for item in self._attempt(request, model, view, has_next):
-                        yield item
+                        if isinstance(item, MessageComplete):
+                            done = item
+                        else:
+                            yield item
                     permit.success()
+                    assert done is not None, "LLMClient.stream must end with MessageComplete"
+                    if _cut_by_limit(done) and view.continuations < self._max_continuations:
+                        # max_tokens mid-answer: continued (bounded) like a broken stream.
+                        log.info("llm.max_tokens_continued", extra={"model": model})
+                        view.continuations += 1
+                        view.usage = view.usage + done.usage
+                        continue
+                    if done.stop_reason == "refusal" and has_next and view.shown == shown_before:
+                        # Declined before showing anything: the next configured model may answer.
+                        log.warning("llm.refused", extra={"model": model})
+                        tried.append((model, _REFUSED))
+                        view.errors[model] = _REFUSED
+                        break
+                    done = replace(done, usage=view.usage + done.usage)
+                    if model != request.model and _is_final(done):
+                        yield TextChunk(_note(model, request.model, view.last_error_of(request.model)))
+                    yield done
                     return
                 except LLMSlow as exc:
                     log.warning("llm.slow_first_token", extra={"model": model})
+                    tried.append((model, exc))
+                    view.errors[model] = exc
+                    break
+                except LLMUnsupported as exc:
+                    # Not the model's health: no breaker count, no backoff.
+                    if not relearned and self._relearn(model, exc):
+                        relearned = True
+                        continue
+                    log.warning("llm.unsupported", extra={"model": model, "feature": exc.feature})
                     tried.append((model, exc))
                     view.errors[model] = exc
                     break
@@ -120,6 +172,44 @@ class FailoverLLM:
                     permit.release()
         raise _exhausted(tried)
 
+    async def count_tokens(self, request: LLMRequest) -> int:
+        """The prompt's size as the service counts it (the inner client's count_tokens)."""
+        count = getattr(self._inner, "count_tokens", None)
+        if count is None:
+            raise LLMError("This model client cannot count tokens.")
+        return int(await count(request))
+
+    async def _fitted(self, request: LLMRequest, model: str) -> LLMRequest:
+        """`request` shrunk (compacted by the loop's `fit`) when `model` has a smaller window
+        than the requested model and the prompt, counted by the service, would not fit it."""
+        window = self._facts(model).context_window
+        if model == request.model or request.fit is None or window >= self._facts(request.model).context_window:
+            return request
+        room = window - min(request.max_tokens, self._facts(model).max_output_tokens)
+        count = getattr(self._inner, "count_tokens", None)
+        if count is not None:
+            try:
+                if await count(replace(request, model=model)) <= room:
+                    return request
+            except LLMError as exc:  # cannot count: make room rather than send what may not fit
+                log.info("llm.count_tokens_failed", extra={"model": model, "error": type(exc).__name__})
+        log.info("llm.fit_smaller_window", extra={"from_model": request.model, "model": model, "window": window})
+        return replace(await request.fit(room), fit=request.fit, thinking=request.thinking)
+
+    def _relearn(self, model: str, exc: LLMUnsupported) -> bool:
+        """A refusal the table should have foreseen: remember it and retry at once."""
+        facts = self._facts(model)
+        if exc.feature == "prefill" and facts.prefill:
+            self._facts.learn(model, prefill=False)
+            return True
+        if exc.feature == "thinking" and facts.thinking:
+            self._facts.learn(model, thinking=False)
+            return True
+        if exc.feature == "max_tokens" and exc.limit and exc.limit < facts.max_output_tokens:
+            self._facts.learn(model, max_output_tokens=exc.limit)
+            return True
+        return False
+
     def _permit(self, model: str) -> Permit | None:
         if self._breakers is None:
             return _NO_BREAKER
@@ -128,15 +218,22 @@ class FailoverLLM:
     async def _attempt(
         self, request: LLMRequest, model: str, view: _View, has_next: bool
     ) -> AsyncIterator[StreamItem]:
+        """One try on `model`: text chunks as they come, then the MessageComplete with the
+        text shown before this try (if any) as the start of its first text block."""
         base = view.shown
-        prefill = base.rstrip()
-        messages = request.messages
-        if prefill:
-            messages = [*messages, {"role": "assistant", "content": [{"type": "text", "text": prefill}]}]
-        # Whitespace the user already saw (not sent: the API refuses it at the end of a
-        # prefill) is not shown twice when the continuation starts with its own.
-        skip_ws = bool(prefill) and prefill != base
-        attempt = LLMRequest(model, request.system, request.tools, messages, request.max_tokens)
+        facts = self._facts(model)
+        # With thinking on, the service takes no prefill either: the user-turn way then.
+        prefill = facts.prefill and not (request.thinking and facts.thinking)
+        messages = continuation_messages(request.messages, base, prefill=prefill)
+        joiner = Joiner(base)
+        thinking = request.thinking if facts.thinking else None  # a parameter the model rejects is not sent
+        budget = int(thinking.get("budget_tokens", 0)) if thinking else 0
+        # A thinking budget counts toward max_tokens and must stay below it: the answer's own
+        # allowance comes on top.
+        max_tokens = min(request.max_tokens + budget, facts.max_output_tokens)
+        if budget and budget >= max_tokens:
+            thinking = {**thinking, "budget_tokens": max(1024, max_tokens // 2)}  # type: ignore[dict-item]
+        attempt = replace(request, model=model, messages=messages, max_tokens=max_tokens, thinking=thinking)
         limit = self._slow_s if has_next else None
         items = self._inner.stream(attempt).__aiter__()
         first = True
@@ -148,16 +245,18 @@ class FailoverLLM:
                     return
                 first = False
                 if isinstance(item, TextChunk):
-                    text = item.text.lstrip() if skip_ws else item.text
-                    skip_ws = skip_ws and not text
+                    text = joiner.feed(item.text)
                     if text:
                         view.shown += text
                         yield TextChunk(text)
                     continue
-                done = _merged(item, base, skip_ws=prefill != base) if prefill else item
-                if model != request.model and _is_final(done):
-                    yield TextChunk(_note(model, request.model, view.last_error_of(request.model)))
-                yield done
+                if isinstance(item, ThinkingChunk):
+                    yield item
+                    continue
+                if held := joiner.finish():
+                    view.shown += held
+                    yield TextChunk(held)
+                yield _merged(item, base) if base.strip() else item
         finally:
             aclose = getattr(items, "aclose", None)
             if aclose is not None:
@@ -169,6 +268,10 @@ class _View:
     shown: str = ""
     """Text the user has seen during this call, across attempts."""
     errors: dict[str, LLMError] = field(default_factory=dict)
+    continuations: int = 0
+    """Answers continued after stopping at max_tokens."""
+    usage: Usage = field(default_factory=Usage)
+    """Usage of the attempts that were continued, added to the final one."""
 
     def last_error_of(self, model: str) -> LLMError | None:
         return self.errors.get(model)
@@ -206,20 +309,31 @@ async def _next(items: AsyncIterator[StreamItem], limit: float | None, model: st
         raise LLMSlow(f"{model} took over {limit:g} s to start answering.") from None
 
 
-def _merged(done: MessageComplete, base: str, *, skip_ws: bool) -> MessageComplete:
+def _merged(done: MessageComplete, base: str) -> MessageComplete:
     """The continuation's content with the text shown before it as the start of its first
-    text block, so what is stored is what the user saw."""
+    text block — its repeat of that text dropped as the stream's was — so what is stored is
+    exactly what the user saw."""
     content: list[dict[str, Any]] = [dict(b) for b in done.content]
     malformed = list(done.malformed)
-    if content and content[0].get("type") == "text":
-        rest = content[0].get("text", "")
-        content[0]["text"] = base + (rest.lstrip() if skip_ws else rest)
+    # Thinking stays first (the API requires it of a turn in a tool loop).
+    at = next((i for i, b in enumerate(content) if b.get("type") not in _THINKING), len(content))
+    if at < len(content) and content[at].get("type") == "text":
+        content[at]["text"] = base + Joiner(base).join(content[at].get("text", ""))
     elif base.strip():
-        content.insert(0, {"type": "text", "text": base})
+        content.insert(at, {"type": "text", "text": base})
         malformed = [
-            replace(m, block_index=m.block_index + 1) if m.block_index is not None else m for m in malformed
+            replace(m, block_index=m.block_index + 1) if m.block_index is not None and m.block_index >= at else m
+            for m in malformed
         ]
     return replace(done, content=content, malformed=malformed)
+
+
+_THINKING = ("thinking", "redacted_thinking")
+
+
+def _cut_by_limit(done: MessageComplete) -> bool:
+    """Stopped at max_tokens in the middle of a text answer (a cut tool call is the loop's)."""
+    return done.stop_reason == "max_tokens" and _is_final(done)
 
 
 def _is_final(done: MessageComplete) -> bool:
@@ -227,6 +341,10 @@ def _is_final(done: MessageComplete) -> bool:
 
 
 def _reason(exc: LLMError) -> str:
+    if isinstance(exc, LLMUnsupported):
+        return f"cannot be used ({exc})"
+    if exc is _REFUSED:
+        return "declined to answer"
     if isinstance(exc, LLMRateLimited):
         return "rate limited"
     if isinstance(exc, LLMOverloaded):
@@ -242,6 +360,12 @@ def _reason(exc: LLMError) -> str:
     return "unavailable"
 
 
+class _Refused(LLMError):
+    pass
+
+
+_REFUSED = _Refused("The model declined to answer.")
+
 _NOTE = re.compile(r"\n\n\(answered by [^\n]*\)\Z")
 
 
@@ -254,6 +378,8 @@ def without_fallback_note(text: str) -> str:
 def _note(used: str, requested: str, error: LLMError | None) -> str:
     if isinstance(error, LLMExhausted):
         why = "is paused after repeated failures"
+    elif isinstance(error, LLMUnsupported) or error is _REFUSED:
+        why = _reason(error)
     else:
         why = f"was {_reason(error)}" if error is not None else "was unavailable"
     return f"\n\n(answered by {used}: {requested} {why})"
@@ -281,4 +407,7 @@ def _exhausted(tried: list[tuple[str, LLMError]]) -> LLMError:
             parts.append(f"{model} {_reason(exc)}{times}")
     first = tried[-1][1] if tried else None
     lead = str(first) if first is not None and not isinstance(first, LLMExhausted) else "No model could answer."
+    if all(isinstance(exc, LLMUnsupported) or exc is _REFUSED for _, exc in tried):
+        # Waiting a minute will not change what the models accept: say what did not work.
+        return LLMUnsupported(f"{lead} Tried: {'; '.join(parts)}.", feature="model")
     return LLMExhausted(f"{lead} Tried: {'; '.join(parts)}. Please try again in a minute.")

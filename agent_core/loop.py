@@ -10,7 +10,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,10 +23,12 @@ from agent_core.events import (
     RunFinished,
     RunStarted,
     TextDelta,
+    ThinkingChanged,
     TurnEnded,
     Usage,
 )
-from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk
+from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk, ThinkingChunk
+from agent_core.models import DEFAULT_MODEL, ModelTable
 from agent_core.ports import AgentStore
 from agent_core.prompt import ContextParts, cache_layout, request_messages, system_blocks, tool_definitions
 from agent_core.risk import Scope
@@ -34,11 +36,14 @@ from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
 from agent_core.tools import Messenger, ToolContext, ToolRegistry
 from agent_core.text import clean_json, is_clean
 from agent_core.transcript import repair, size_of, tool_use_ids, unique_tool_ids, window
+from agent_core import web_search
 
 log = logging.getLogger(__name__)
 
 ContextBuilder = Callable[[str, Scope, datetime], ContextParts]
 ToolContextFactory = Callable[["RunRequest"], ToolContext]
+ServerTools = Callable[["RunRequest"], list[dict[str, Any]]]
+"""The service's own tools offered to a run (agent_core.web_search), decided per run."""
 PinnedSource = Callable[["RunRequest"], Awaitable[str]]
 """Text pinned after the cached prefix on every model call (goal lock, current plan step)."""
 BetweenTurns = Callable[["RunRequest", int, Usage], Awaitable[str | None]]
@@ -49,14 +54,18 @@ turns and usage so far: a text ends the run with that message before its next mo
 
 @dataclass(frozen=True, slots=True)
 class LoopConfig:
-    model: str = "claude-sonnet-4-5"
+    model: str = DEFAULT_MODEL
     max_turns: int = 10
     max_tokens: int = 4096
     max_corrections: int = 3
     loop_repeats: int = 3
     """The same tool with the same input this many times in one run ends the run."""
-    history_budget_chars: int = 400_000
-    """How much earlier conversation is sent (≈100k tokens); older turns are left out."""
+    history_budget_chars: int | None = None
+    """How much earlier conversation is sent, in characters; older turns are left out. None:
+    `CHARS_PER_WINDOW_TOKEN` × the model's context window (agent_core.models), so a 1M-window
+    model gets the room it has. Compaction runs before windowing would leave turns out."""
+    thinking: dict[str, Any] | None = None
+    """The `thinking` parameter sent (agent_core.models.thinking_param); None: off, not sent."""
     volatile_in_tail: bool = True
     """Send the volatile system parts (clock, today's log, pinned goal) after the
     conversation's cache breakpoint instead of before it (agent_core.prompt.cache_layout):
@@ -106,7 +115,11 @@ class AgentLoop:
         pinned: PinnedSource | None = None,
         compactor: Compactor | None = None,
         between_turns: BetweenTurns | None = None,
+        models: ModelTable | None = None,
+        server_tools: ServerTools | None = None,
     ) -> None:
+        self._server_tools = server_tools
+        self.models = models if models is not None else ModelTable()
         self._pinned = pinned
         self.between_turns = between_turns
         self.compactor = compactor
@@ -160,7 +173,7 @@ class AgentLoop:
             run_id, request.session_key, model, content, account=request.account, requester=request.requester
         )
         await emit(RunStarted(run_id, request.session_key))
-        budget = min(self.config.history_budget_chars, self._learned_budget.get(model, 1 << 62))
+        budget = min(self._history_budget(self.models(model).context_window), self._learned_budget.get(model, 1 << 62))
         state = _RunState(budget=budget)
         finish = functools.partial(self._finish, request, state)
         try:
@@ -173,13 +186,28 @@ class AgentLoop:
             state.taken = tool_use_ids(history)
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
-            tool_defs = self._tool_definitions()
+            server = self._server_tools(request) if self._server_tools is not None else []
+            tool_defs = self._tool_definitions(server)
+            if server:  # outside the cached system block: the same prefix with and without
+                system = [*system, {"type": "text", "text": "\n".join(SERVER_TOOL_NOTES.get(t["name"], "") for t in server)}]
             ctx = self._tool_context(request)
             ctx.emit = emit  # tools such as `plan` report progress as typed events
             if self.compactor is not None:
                 # agent_core.compaction: the latest summary + newer turns; compacts first
                 # (silently, within this run, under a timeout) when the context nears the window.
                 history = await self._compacted(request, model, system, tool_defs, stored, content, ctx, state, emit)
+
+                async def recompact(messages: list[dict[str, Any]], window_tokens: int | None = None) -> None:
+                    assert self.compactor is not None
+                    self.compactor.force(request.session_key)
+                    fresh = await self._compacted(
+                        request, model, system, tool_defs, stored, content, ctx, state, emit, window_tokens
+                    )
+                    ours = messages[state.run_start :]
+                    messages[:] = [*window(fresh, state.budget), *ours]
+                    state.run_start = len(messages) - len(ours)
+
+                state.recompact = recompact
             messages = window(history, state.budget)
             state.run_start = len(messages)
             messages.append({"role": "user", "content": content})
@@ -196,6 +224,13 @@ class AgentLoop:
                 RunFinished(run_id, state.stop_reason, state.turns, state.usage, state.text, state.model or model)
             )
         except LLMBadRequest as exc:
+            if not exc.concerns_conversation:
+                # A feature, parameter or model the service refused: the conversation is fine,
+                # and starting over would not help. The message names what was refused.
+                log.warning("run.request_unsupported", extra={"run": run_id, "detail": exc.detail})
+                await finish("failed", "unsupported")
+                await emit(RunFailed(run_id, str(exc), "unsupported", state.usage))
+                return
             # Already retried once with a repaired, trimmed conversation: say so plainly.
             log.warning("run.request_rejected_twice", extra={"run": run_id, "detail": exc.detail})
             await finish("failed", "invalid_request")
@@ -221,7 +256,7 @@ class AgentLoop:
     async def _compacted(
         self, request: RunRequest, model: str, system: list[dict[str, Any]], tool_defs: list[dict[str, Any]],
         stored: list[dict[str, Any]], content: list[dict[str, Any]], ctx: ToolContext, state: _RunState,
-        emit: Callable[[Event], Any],
+        emit: Callable[[Event], Any], window_tokens: int | None = None,
     ) -> list[dict[str, Any]]:
         assert self.compactor is not None
 
@@ -236,7 +271,8 @@ class AgentLoop:
             return [o.as_block() for o in await self._runner.run_all(calls, ctx, set(), discard)]
 
         call = CompactionCall(
-            request.session_key, model, system, tool_defs, stored, content, silent_tools, state.budget
+            request.session_key, model, system, tool_defs, stored, content, silent_tools, state.budget,
+            context_window_tokens=window_tokens or self.models(model).context_window,
         )
         try:
             history = await self.compactor.prepare(call)
@@ -281,6 +317,8 @@ class AgentLoop:
             # gave: rename repeats before anything stores or runs them.
             content, pairs = unique_tool_ids(done.content, state.taken)
             calls = [ToolCall(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"]
+            if not calls and await self._stop_reason_continues(request, done, content, messages, state, emit):
+                continue
             if content and not calls:
                 # The final answer is stored with the run's end, in one transaction.
                 content = clean_json(content)
@@ -291,8 +329,10 @@ class AgentLoop:
                 await self._append(request, "assistant", content, messages)
             if not calls:
                 state.stop_reason = done.stop_reason
-                if done.stop_reason == "max_tokens" and done.content:
-                    state.stop_reason = "max_tokens"
+                if (notice := _STOP_NOTICES.get(done.stop_reason)) is None and done.stop_reason not in _NORMAL_STOPS:
+                    notice = f"(The model stopped for a reason Roost does not know: {done.stop_reason!r}.)"
+                if notice:
+                    raise _Stop(done.stop_reason, notice)
                 return
             if self.between_turns is not None:  # asked before the tools run: workers see this turn's spend
                 spent = await self.between_turns(request, turn, state.usage)
@@ -335,6 +375,37 @@ class AgentLoop:
             "say 'continue' to go on.)",
         )
 
+    async def _stop_reason_continues(
+        self, request: RunRequest, done: MessageComplete, content: list[dict[str, Any]],
+        messages: list[dict[str, Any]], state: _RunState, emit: Callable[[Event], Any],
+    ) -> bool:
+        """Stop reasons that call for another model turn rather than an answer: a paused
+        server-tool turn is continued; a turn that ran out of context window is retried once
+        after compacting (or, without a compactor, with half the history). Returns whether
+        the loop should take another turn."""
+        if done.stop_reason == "pause_turn":
+            if content:
+                await self._append(request, "assistant", content, messages)
+            if not content or content[-1].get("type") == "text":
+                # Sent back as is, a turn ending in text would be a prefill: today's models
+                # refuse it. Asked in a user turn instead (not stored: a transient nudge).
+                messages.append({"role": "user", "content": [{"type": "text", "text": PAUSE_PROMPT}]})
+            return True
+        if done.stop_reason == "model_context_window_exceeded" and not state.window_retried:
+            state.window_retried = True
+            log.warning("run.context_window_exceeded", extra={"run": request.run_id})
+            notice = "(The conversation filled the model's context window; I compacted it and answered again.)\n\n"
+            if state.text:
+                notice = f"\n\n{notice}"
+            state.text += notice
+            await emit(TextDelta(notice))
+            if state.recompact is not None:
+                await state.recompact(messages, None)
+            else:
+                state.budget = min(state.budget, size_of(messages[: state.run_start]) // 2)
+            return True
+        return False
+
     async def _model_turn(
         self,
         model: str,
@@ -349,10 +420,11 @@ class AgentLoop:
         model's limit when it said so — and retrying once per run; a second one propagates."""
         sent = self._sendable(messages, state)
         laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
+        fit = functools.partial(self._fit, model, system, tool_defs, messages, state)
         try:
-            return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
+            return await self._stream(LLMRequest(model, *laid, self.config.max_tokens, fit=fit), state, emit)
         except LLMBadRequest as exc:
-            if state.trimmed or state.streamed:
+            if state.trimmed or state.streamed or not exc.concerns_conversation:
                 raise
             log.warning("run.request_rejected", extra={"model": model, "detail": exc.detail})
             state.trimmed = True
@@ -364,12 +436,30 @@ class AgentLoop:
         laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
         return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
 
-    def _tool_definitions(self) -> list[dict[str, Any]]:
+    async def _fit(
+        self, model: str, system: list[dict[str, Any]], tool_defs: list[dict[str, Any]],
+        messages: list[dict[str, Any]], state: _RunState, window_tokens: int,
+    ) -> LLMRequest:
+        """The turn's request made to fit a smaller window (a fallback model's): compacted to
+        that window first when there is a compactor, and windowed to its budget either way."""
+        log.info("run.fit_smaller_window", extra={"model": model, "window": window_tokens})
+        state.budget = min(state.budget, self._history_budget(window_tokens))
+        if state.recompact is not None:
+            await state.recompact(messages, window_tokens)
+        laid = _laid_out(system, tool_defs, self._sendable(messages, state), self.config.volatile_in_tail)
+        return LLMRequest(model, *laid, self.config.max_tokens)
+
+    def _history_budget(self, window_tokens: int) -> int:
+        if self.config.history_budget_chars is not None:
+            return self.config.history_budget_chars
+        return int(window_tokens * CHARS_PER_WINDOW_TOKEN)
+
+    def _tool_definitions(self, server: list[dict[str, Any]] = []) -> list[dict[str, Any]]:  # noqa: B006 (never mutated)
         # Built once per tool set: copying every schema on every run cost milliseconds, and
         # the same list keeps the cached prompt prefix byte-identical. Never mutated.
-        names = tuple(self._tools.names())
+        names = (*self._tools.names(), *(t["name"] for t in server))
         if self._tool_defs is None or self._tool_defs[0] != names:
-            self._tool_defs = (names, tool_definitions(self._tools.schemas()))
+            self._tool_defs = (names, tool_definitions([*self._tools.schemas(), *server]))
         return self._tool_defs[1]
 
     async def _finish(self, request: RunRequest, state: _RunState, status: str, stop_reason: str) -> None:
@@ -396,7 +486,16 @@ class AgentLoop:
     ) -> MessageComplete:
         done: MessageComplete | None = None
         state.streamed = False
-        async for item in self._llm.stream(llm_request):
+        thinking = False
+        async for item in self._llm.stream(replace(llm_request, thinking=self.config.thinking)):
+            if isinstance(item, ThinkingChunk):
+                if not thinking:
+                    thinking = True
+                    await emit(ThinkingChanged(True))
+                continue
+            if thinking:
+                thinking = False
+                await emit(ThinkingChanged(False))
             if isinstance(item, TextChunk):
                 state.streamed = True
                 state.text += item.text
@@ -469,9 +568,29 @@ class _RunState:
     """Index of this run's user message in the in-memory conversation."""
     final: list[dict[str, Any]] | None = None
     """The final answer, not yet stored: stored by the run's finish."""
+    window_retried: bool = False
+    """A model_context_window_exceeded was answered by compacting and retrying (once)."""
+    recompact: Callable[[list[dict[str, Any]], int | None], Awaitable[None]] | None = None
+    """Compacts now and swaps the history in front of this run's messages (with a compactor)."""
     trimmed: bool = False
     """The service refused a request once; later ones send only this run's messages."""
     streamed: bool = False
+
+
+PAUSE_PROMPT = "[Roost: continue your turn.]"
+SERVER_TOOL_NOTES = {web_search.NAME: web_search.NOTE}
+CHARS_PER_WINDOW_TOKEN = 2.4
+"""History budget per token of window: at the ~4 characters a token of English text takes,
+about 60 % of the window, leaving room for the system prompt, tools and the answer. Only the
+windowing guard; when to compact is decided from real token counts (agent_core.compaction)."""
+_NORMAL_STOPS = frozenset({"end_turn", "stop_sequence", "tool_use"})
+_STOP_NOTICES = {
+    "max_tokens": "(The answer reached the model's output limit and was cut short; say 'continue' for the rest.)",
+    "refusal": "(The model declined to answer this. Rephrasing may help.)",
+    "model_context_window_exceeded": (
+        "(The conversation still fills the model's context window after compacting; send /compact or /new.)"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Prompt-cache hit ratio of a multi-turn session, with the fake Messages API's cache simulation.
 
 Run: .venv/bin/python bench/bench_cache.py [--messages 30] [--tool-every 4] [--minutes-between 2]
-     [--layout system|tail|both] [--whole-log] [--no-log-growth]
+     [--layout system|tail|both] [--whole-log] [--no-log-growth] [--thinking off|on|both]
 
 The whole app (bot.app.build, real storage, loop and anthropic SDK) talks to the fake, which
 simulates prompt caching like the service (tests/fakes/anthropic_usage.py: a request reads
@@ -13,7 +13,9 @@ kind, the worst request, and what /usage shows for the session.
 
 Layouts: `tail` (the default since LoopConfig.volatile_in_tail is on) sends the clock, today's
 log and the pinned goal after the conversation's cache breakpoint; `system` is the earlier
-layout (before the conversation). `--whole-log` shows the whole of today's log on every
+layout (before the conversation). `--thinking on` turns ROOST_AGENT__THINKING=adaptive on and
+every answer starts with a signed thinking block, which later requests send back unchanged.
+`--whole-log` shows the whole of today's log on every
 request, as before workspace.context.LogCutoffs (the log as of the conversation's start).
 """
 
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bot.usage_report import ratio  # noqa: E402
 from tests.app_harness import OWNER_ID, running_app  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropic  # noqa: E402
-from tests.fakes.anthropic_script import Reply, Text, ToolUse, last_user_text, user_texts  # noqa: E402
+from tests.fakes.anthropic_script import Reply, Text, Thinking, ToolUse, last_user_text, user_texts  # noqa: E402
 from tests.fakes.anthropic_usage import PromptCache  # noqa: E402
 from tests.fakes.recording_adapter import private  # noqa: E402
 
@@ -50,22 +52,27 @@ def question(body: dict[str, Any]) -> str:
     return texts[-1] if texts else last_user_text(body)
 
 
-def responder(tool_every: int) -> Any:
+REASONING = "The user asks something routine; weigh the two options and recommend one. " * 4
+
+
+def responder(tool_every: int, thinking: bool = False) -> Any:
     def answer(body: dict[str, Any]) -> Reply:
         last = body["messages"][-1]["content"]
         asked = question(body)
+        thought = (Thinking(REASONING),) if thinking else ()
         if tool_every and asked.startswith("tool ") and not any(b.get("type") == "tool_result" for b in last):
-            return Reply(Text("Let me look that up. "), ToolUse("read_file", {"path": "AGENTS.md"}))
-        return Reply(Text(ANSWER * 3 + f"({asked})"))
+            return Reply(*thought, Text("Let me look that up. "), ToolUse("read_file", {"path": "AGENTS.md"}))
+        return Reply(*thought, Text(ANSWER * 3 + f"({asked})"))
 
     return answer
 
 
-async def session(args: argparse.Namespace, tail: bool) -> tuple[list[dict[str, Any]], str]:
+async def session(args: argparse.Namespace, tail: bool, thinking: bool = False) -> tuple[list[dict[str, Any]], str]:
     messages, tool_every = args.messages, args.tool_every
+    agent = {"thinking": "adaptive", "models": {"claude-test": {"thinking": True}}} if thinking else {}
     with FakeAnthropic() as fake, tempfile.TemporaryDirectory() as tmp:
-        fake.responder = responder(tool_every)
-        async with running_app(Path(tmp), fake) as (app, adapter):  # the owner: no [limits]
+        fake.responder = responder(tool_every, thinking)
+        async with running_app(Path(tmp), fake, agent=agent) as (app, adapter):  # the owner: no [limits]
             app.agent.config = dataclasses.replace(app.agent.config, volatile_in_tail=tail)
             # The prompt's clock, moved on between messages as a person's pace would.
             start = datetime.now(UTC).replace(hour=9, minute=0)
@@ -141,18 +148,22 @@ def main() -> None:
     parser.add_argument("--minutes-between", type=int, default=2, help="the prompt clock's step per message")
     parser.add_argument("--whole-log", action="store_true", help="the whole of today's log on every request")
     parser.add_argument("--no-log-growth", action="store_true", help="drop today's log after each run")
+    parser.add_argument("--thinking", choices=["off", "on", "both"], default="off",
+                        help="ROOST_AGENT__THINKING=adaptive, every answer with a thinking block")
     args = parser.parse_args()
-    for layout in ("system", "tail") if args.layout == "both" else (args.layout,):
-        report(args, layout)
+    for thinking in (False, True) if args.thinking == "both" else (args.thinking == "on",):
+        for layout in ("system", "tail") if args.layout == "both" else (args.layout,):
+            report(args, layout, thinking)
 
 
-def report(args: argparse.Namespace, layout: str) -> None:
-    bodies, usage = asyncio.run(session(args, layout == "tail"))
+def report(args: argparse.Namespace, layout: str, thinking: bool = False) -> None:
+    bodies, usage = asyncio.run(session(args, layout == "tail", thinking))
+    assert not thinking or all(b.get("thinking") for b in bodies), "thinking on: every request sends it"
     m = measure(bodies)
     worst_n, worst_u, worst_total = m["worst"]
     log = "dropped after each run" if args.no_log_growth else "growing, sent whole" if args.whole_log else (
         "growing, sent as of the conversation's start")
-    print(f"layout {layout}: {args.messages} messages {args.minutes_between} min apart, today's log {log}, "
+    print(f"thinking {'on' if thinking else 'off'}, layout {layout}: {args.messages} messages {args.minutes_between} min apart, today's log {log}, "
           f"{m['requests']} model requests")
     print(f"cache hit ratio after the first request: {m['ratio']:.1%} (target ≥ 95 %)")
     print(f"  first request of a run: {m['first_of_run']}; after tool results: {m['after_tools']}")

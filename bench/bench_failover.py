@@ -7,6 +7,9 @@ sleeps, next to the same scenario with an injected sleep (what the tests use):
 - the breaker already open: straight to the fallback;
 - 429 with retry-after 2 s, then the same model answers;
 - a stream that stalls after some text (stall limit 1 s), continued on retry.
+Then the continuation path's own latency, p50 from the stall being detected to the first new
+visible text: with a prefill, with the no-prefill user turn today's models need, and with a
+model that restarts its answer (the repeat is held back and dropped before anything shows).
 Also the per-request overhead of FailoverLLM over a bare AnthropicLLM on a healthy model.
 """
 
@@ -25,9 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent_core.anthropic_llm import AnthropicLLM  # noqa: E402
 from agent_core.breaker import Breakers  # noqa: E402
 from agent_core.failover import FailoverLLM  # noqa: E402
-from agent_core.llm import LLMClient, LLMRequest, TextChunk  # noqa: E402
+from agent_core.continuation import CONTINUE_PROMPT  # noqa: E402
+from agent_core.llm import LLMClient, LLMRequest, LLMStalled, StreamItem, TextChunk  # noqa: E402
+from agent_core.models import ModelFacts, ModelTable  # noqa: E402
 from agent_core.retry import RetryPolicy  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropic  # noqa: E402
+from tests.fakes.anthropic_models import FakeModel  # noqa: E402
 from tests.fakes.anthropic_script import Error, Reply, Stall, Text, reply_text  # noqa: E402
 
 PRIMARY, BACKUP = "claude-primary", "claude-backup"
@@ -65,6 +71,64 @@ async def scenario(fake: FakeAnthropic, name: str, responses: list, *, real: boo
     return elapsed
 
 
+ANSWER = "The capital of France is Paris, a city on the Seine known for its museums and cafes."
+SHOWN = ANSWER[:24]
+
+
+class _MarksStalls:
+    """The inner client, noting when a stall is detected."""
+
+    def __init__(self, inner: AnthropicLLM) -> None:
+        self.inner = inner
+        self.stalled_at: float | None = None
+
+    async def stream(self, request: LLMRequest):  # noqa: ANN201
+        try:
+            async for item in self.inner.stream(request):
+                yield item
+        except LLMStalled:
+            self.stalled_at = time.perf_counter()
+            raise
+
+
+def _continuing(restart: bool):  # noqa: ANN202
+    def respond(body: dict) -> Reply:
+        last = body["messages"][-1]
+        asked = last["role"] == "user" and any(b.get("text") == CONTINUE_PROMPT for b in last["content"])
+        if restart or not (asked or last["role"] == "assistant"):
+            return reply_text(ANSWER, chunk_size=8)
+        return reply_text(ANSWER[len(SHOWN.rstrip()):], chunk_size=8)
+
+    return respond
+
+
+async def continuation_latency(fake: FakeAnthropic, *, prefill: bool, restart: bool, runs: int) -> float:
+    fake.models[PRIMARY] = FakeModel(PRIMARY, PRIMARY, prefill=prefill)
+    samples = []
+    for _ in range(runs):
+        fake.reset()
+        fake.script(Reply(Text(SHOWN, chunk_size=8), Stall(None)))
+        fake.responder = _continuing(restart)
+        inner = _MarksStalls(AnthropicLLM(api_key="k", base_url=fake.base_url, stall_timeout_s=0.3))
+        llm = FailoverLLM(inner, [], retry=RetryPolicy(), breakers=Breakers(), sleep=no_sleep,
+                          facts=ModelTable({PRIMARY: ModelFacts(prefill=prefill)}))  # fmt: skip
+        request = LLMRequest(PRIMARY, [], [], [{"role": "user", "content": "capital of France?"}], 64)
+        first_new: float | None = None
+        text = ""
+        try:
+            async for item in llm.stream(request):
+                if isinstance(item, TextChunk):
+                    text += item.text
+                    if first_new is None and inner.stalled_at is not None:
+                        first_new = time.perf_counter()
+        finally:
+            await inner.inner.aclose()
+        assert text == ANSWER, text
+        assert first_new is not None and inner.stalled_at is not None
+        samples.append(first_new - inner.stalled_at)
+    return statistics.median(samples)
+
+
 async def main(runs: int) -> None:
     with FakeAnthropic() as fake:
         cases = [
@@ -79,6 +143,14 @@ async def main(runs: int) -> None:
             real = [await scenario(fake, name, responses(), real=True, **options) for _ in range(runs)]
             fake_clock = [await scenario(fake, name, responses(), real=False, **options) for _ in range(runs)]
             print(f"{name:44} {statistics.median(real):>10.2f} s {statistics.median(fake_clock):>8.3f} s")
+        print(f"continuation path, stall detected -> first new visible text (p50 of {runs * 4}):")
+        for label, prefill, restart in (
+            ("prefill (models that accept it)", True, False),
+            ("no prefill: a user turn asks to continue", False, False),
+            ("no prefill, the model restarts its answer", False, True),
+        ):
+            p50 = await continuation_latency(fake, prefill=prefill, restart=restart, runs=runs * 4)
+            print(f"  {label:44} {p50 * 1000:8.1f} ms")
         fake.reset()
         fake.responder = lambda body: reply_text("ok")
         bare = AnthropicLLM(api_key="k", base_url=fake.base_url)

@@ -26,10 +26,12 @@ from agent_core.questions import QuestionDesk
 from agent_core.workers import WorkerLimits, WorkerPool
 from agent_core.breaker import Breakers
 from agent_core.failover import FailoverLLM
-from agent_core.llm import LLMClient, LLMRequest, StreamItem
+from agent_core.llm import LLMClient, LLMRequest, ModelListing, StreamItem
 from agent_core.retry import RetryPolicy
 from bot import breaker_report
 from agent_core.loop import AgentLoop, LoopConfig, RunRequest
+from agent_core.models import thinking_param
+from agent_core import web_search
 from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
 from agent_core.tool_runner import CallCounts, ToolRunner
@@ -132,6 +134,14 @@ class LazyAnthropic:
         async for item in client.stream(request):
             yield item
 
+    async def count_tokens(self, request: LLMRequest) -> int:
+        client = await asyncio.shield(self.load())
+        return await client.count_tokens(request)  # type: ignore[attr-defined]
+
+    async def list_models(self) -> list[ModelListing]:
+        client = await asyncio.shield(self.load())
+        return await client.list_models()  # type: ignore[attr-defined]
+
     async def aclose(self) -> None:
         if self._client is None:
             return
@@ -190,10 +200,12 @@ async def build(
         report = settings.home_dir / breaker_report.FILE_NAME
         breakers = Breakers(on_change=lambda b: breaker_report.write(report, b) if recover else None)
         # The configured model is a fallback too, for a session that chose another with /model.
+        catalogue = getattr(llm, "list_models", None)  # what /model lists from the endpoint
+        models = settings.agent.model_table()  # per-model windows, limits, prefill (agent_core.models)
         llm = FailoverLLM(
             llm, [settings.agent.model, *settings.agent.fallback_models],
             retry=RetryPolicy(max_retries=settings.agent.max_retries),
-            breakers=breakers, slow_first_token_s=settings.agent.slow_first_token_s,
+            breakers=breakers, slow_first_token_s=settings.agent.slow_first_token_s, facts=models,
         )  # fmt: skip
 
         registry = ToolRegistry(default_tools(
@@ -218,7 +230,9 @@ async def build(
         for record in expired_at_start:
             log.info("approval.expired_at_start", extra={"approval": record.id})
         # [policy] and [limits] of roost.toml, hot-reloaded; everything below reads them live.
-        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=registry.names())
+        server_names = [web_search.NAME] if settings.agent.web_search else []
+        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits,
+                          known_tools=[*registry.names(), *server_names])  # fmt: skip
         await live.start()
         stack.push_async_callback(live.aclose)
         call_counts = CallCounts()  # a run's tool calls and its workers' count against one cap
@@ -235,7 +249,8 @@ async def build(
             )
 
         loop_config = LoopConfig(
-            model=settings.agent.model, max_turns=settings.agent.max_turns, max_tokens=settings.agent.max_tokens
+            model=settings.agent.model, max_turns=settings.agent.max_turns, max_tokens=settings.agent.max_tokens,
+            thinking=thinking_param(settings.agent.thinking),
         )
         def worker_limits() -> WorkerLimits:
             w = live.limits.workers
@@ -283,6 +298,9 @@ async def build(
             tool_context=tool_context,
             config=loop_config,
             pinned=lambda request: plans.pinned(request.session_key),  # goal lock + current step
+            models=models,
+            server_tools=(lambda request: [web_search.TOOL] if web_search.offered(
+                live.policy, request.scope, request.session_key) else []) if settings.agent.web_search else None,
             compactor=Compactor(llm, storage, CompactionConfig(
                 context_window_tokens=settings.agent.context_window_tokens, compact_at=settings.agent.compact_at,
                 keep_recent_tokens=settings.agent.compact_keep_tokens, timeout_s=settings.agent.compact_timeout_s,
@@ -308,6 +326,8 @@ async def build(
             is_group_admin=group_admins(adapters),  # the platform says who a group's admins are
             workspace=root,
             models=[settings.agent.model, *settings.agent.fallback_models],
+            catalogue=catalogue,
+            prices=models,
             queue_mode=settings.agent.queue_mode,
             max_concurrent_runs=settings.agent.max_concurrent_runs,
             limiter=limiter,

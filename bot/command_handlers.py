@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from adapters.base import Button
 from agent_core.inbound import Inbound, ReplyTarget
+from agent_core.llm import LLMError
 from agent_core.ports import AuditEntry, AuditKind
 from agent_core.risk import Scope
 from agent_core.compaction import describe as describe_compaction
@@ -159,7 +161,7 @@ class CommandHandlers:
         context_tokens = sum(len(str(m["content"])) for m in transcript) // 4
         cost = estimate_cost(
             model, usage.input_tokens, usage.output_tokens, usage.cache_read_input_tokens,
-            usage.cache_creation_input_tokens,
+            usage.cache_creation_input_tokens, self._c.prices,
         )
         lines = [
             f"Model: {model}",
@@ -167,7 +169,7 @@ class CommandHandlers:
             f"Runs: {totals.runs}, turns: {totals.turns}",
             f"Tokens: {usage.input_tokens:,} in, {usage.output_tokens:,} out, "
             f"{usage.cache_read_input_tokens:,} read from cache, {usage.cache_creation_input_tokens:,} written to cache",
-            f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown for this model",
+            f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown (no prices with a source configured for this model)",
             f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
             *describe_compaction(
                 *await storage.compaction_state(route.session_key), await storage.load_transcript(route.session_key)
@@ -202,13 +204,34 @@ class CommandHandlers:
         current = (session.model_override if session else None) or models[0]
         if not command.args:
             listing = "\n".join(f"{'• ' if m == current else '  '}{m}" for m in models)
-            return f"Current model: {current}\nConfigured models:\n{listing}\nSwitch with /model <name>."
+            offered = await self._offered_models()
+            return f"Current model: {current}\nConfigured models:\n{listing}\n{offered}Switch with /model <name>."
         wanted = command.args.strip()
         if wanted not in models:
             return f"{wanted!r} is not configured. Choose one of: {', '.join(models)}."
         await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
         await self._c.storage.set_model(route.session_key, None if wanted == models[0] else wanted)
         return f"Model for this session: {wanted}."
+
+    async def _offered_models(self) -> str:
+        """What the model endpoint offers (GET /v1/models), one line; a failure is said, not raised."""
+        if self._c.catalogue is None:
+            return ""
+        try:
+            async with asyncio.timeout(10):
+                offered = await self._c.catalogue()
+        except TimeoutError:
+            return "The model endpoint did not list its models in time.\n"
+        except LLMError as exc:
+            return f"Could not list the endpoint's models: {exc}\n"
+        if not offered:
+            return "The model endpoint lists no models.\n"
+        shown = ", ".join(m.id for m in offered[:30])
+        more = f" (+{len(offered) - 30} more)" if len(offered) > 30 else ""
+        ids = {m.id for m in offered}
+        missing = [m for m in self._c.models if m not in ids]
+        warning = f"Configured but not offered by the endpoint: {', '.join(missing)}\n" if missing else ""
+        return f"The endpoint offers: {shown}{more}\n{warning}"
 
     async def _cmd_pair(self, command: Command, inbound: Inbound, route: Accept) -> str:
         platform, _, code = command.args.partition(" ")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent_core.models import ModelTable
+
 COMMANDS: dict[str, str] = {
     "start": "introduction and how to use me",
     "help": "what I can do and the commands",
@@ -63,17 +65,12 @@ def parse_command(text: str, bot_username: str | None = None) -> Command | None:
     return Command(name.lower(), args.strip())
 
 
-# Rough list prices in USD per million tokens (input, output, cache read, cache write); the
-# /status cost is an estimate and says so.
-PRICES: dict[str, tuple[float, float, float, float]] = {
-    "opus": (15.0, 75.0, 1.5, 18.75),
-    "sonnet": (3.0, 15.0, 0.3, 3.75),
-    "haiku": (0.8, 4.0, 0.08, 1.0),
-}
-
-
-def estimate_cost(model: str, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int) -> float | None:
-    for family, (p_in, p_out, p_read, p_write) in PRICES.items():
-        if family in model:
-            return (input_tokens * p_in + output_tokens * p_out + cache_read * p_read + cache_write * p_write) / 1e6
-    return None
+def estimate_cost(
+    model: str, input_tokens: int, output_tokens: int, cache_read: int, cache_write: int,
+    prices: ModelTable | None = None, web_searches: int = 0,
+) -> float | None:
+    """The cost at the prices configured for `model` with their source (ROOST_AGENT__MODELS);
+    None — shown as "unknown" — without them: never a guess."""
+    if prices is None:
+        return None
+    return prices(model).cost_usd(input_tokens, output_tokens, cache_read, cache_write, web_searches)

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +18,8 @@ from adapters.catch_up import ChannelCursors
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
+from agent_core.llm import ModelListing
+from agent_core.models import ModelTable
 from agent_core.loop import AgentLoop, RunRequest
 from agent_core.ports import ApprovalRecord
 from agent_core.prompt import frame_untrusted
@@ -101,6 +103,8 @@ class Conversations:
         adapters: Mapping[str, Adapter],
         workspace: Path,
         models: list[str],
+        catalogue: Callable[[], Awaitable[list[ModelListing]]] | None = None,
+        prices: ModelTable | None = None,
         queue_mode: str = "collect",
         max_concurrent_runs: int = 16,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -115,6 +119,9 @@ class Conversations:
         self.adapters = dict(adapters)
         self.workspace = workspace
         self.models = models
+        self.catalogue = catalogue
+        self.prices = prices
+        """What the model endpoint offers (GET /v1/models), for /model."""
         self._now = now
         self.limiter = limiter
         self.access = access
@@ -125,7 +132,7 @@ class Conversations:
             self._run_batch, mode=queue_mode, max_concurrent=max_concurrent_runs  # type: ignore[arg-type]
         )
         self.commands = CommandHandlers(self)
-        self.metrics = Metrics(storage, now=now)
+        self.metrics = Metrics(storage, now=now, prices=prices)
         """Run metrics and anomalies (bot.run_metrics); its clocks are injectable."""
         self._backlog: list[InboxRow] = []
         self._replayed = asyncio.Event()

@@ -25,6 +25,7 @@ class Check:
 
 async def run_checks(settings: Settings) -> list[Check]:
     checks = [_config(settings), _workspace(settings), await _database(settings), _model(settings)]
+    checks += await _model_ids(settings)
     checks.append(_breakers(settings))
     checks += [_owners(settings), _telegram(settings), await _discord(settings)]
     if settings.telegram_bot_token is not None:
@@ -83,6 +84,45 @@ def _model(settings: Settings) -> Check:
     base = settings.anthropic_base_url or "Anthropic's API"
     fallbacks = ", ".join(settings.agent.fallback_models) or "none"
     return Check("model", "ok", f"{settings.agent.model} via {base}; fallbacks: {fallbacks}")
+
+
+async def _model_ids(settings: Settings) -> list[Check]:
+    """Each configured model id asked of the models endpoint (GET /v1/models/{id}): one line
+    each — exists, unknown, or the key rejected. Skipped without a key (`model` says so)."""
+    if settings.anthropic_api_key is None:
+        return []
+    from agent_core.anthropic_llm import AnthropicLLM
+    from agent_core.llm import LLMAuthError, LLMError
+
+    ids = list(dict.fromkeys([settings.agent.model, *settings.agent.fallback_models]))
+    client = AnthropicLLM(
+        api_key=settings.anthropic_api_key.get_secret_value(), base_url=settings.anthropic_base_url, timeout_s=15.0
+    )
+    where = settings.anthropic_base_url or "Anthropic's API"
+    checks: list[Check] = []
+    try:
+        for model_id in ids:
+            name = f"model id {model_id}"
+            try:
+                info = await client.model_info(model_id)
+            except LLMAuthError:
+                checks.append(Check(name, "fail", f"key rejected by {where}", "check ANTHROPIC_API_KEY"))
+                continue
+            except LLMError as exc:
+                checks.append(Check(name, "warn", f"could not ask {where}: {exc}", "check ANTHROPIC_BASE_URL and the network"))
+                continue
+            except Exception as exc:  # any other failure is a finding here, never a traceback
+                checks.append(Check(name, "warn", f"could not ask {where} ({type(exc).__name__})"))
+                continue
+            if info is None:
+                checks.append(Check(name, "fail", f"unknown to {where}",
+                                    "fix ROOST_AGENT__MODEL / ROOST_AGENT__FALLBACK_MODELS (/model lists what it offers)"))
+                continue
+            window = f", window {info.context_window:,} tokens" if info.context_window else ""
+            checks.append(Check(name, "ok", f"exists ({info.display_name or model_id}{window})"))
+    finally:
+        await client.aclose()
+    return checks
 
 
 def _breakers(settings: Settings) -> Check:
@@ -189,7 +229,10 @@ def _policy(settings: Settings) -> Check:
     from agent_core.builtin_tools import default_tools
     from bot.live_config import describe_policy
 
-    lines, warnings = describe_policy(settings.policy, [t.name for t in default_tools()])
+    from agent_core import web_search
+
+    server = [web_search.NAME] if settings.agent.web_search else []
+    lines, warnings = describe_policy(settings.policy, [*(t.name for t in default_tools()), *server])
     detail = " | ".join(lines)
     if warnings:
         return Check("policy", "warn", f"{detail} | {'; '.join(warnings)}", "fix the tool names in [policy] of roost.toml")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from agent_core.events import Event, RunFailed, RunFinished, TextDelta, ToolFinished
 from agent_core.inbound import ReplyTarget
+from agent_core.models import ModelTable
 from bot.commands import estimate_cost
 from bot.storage import Storage
 from bot.storage.metrics import RunMetrics
@@ -88,7 +89,10 @@ class Metrics:
         *,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        prices: ModelTable | None = None,
     ) -> None:
+        self.prices = prices
+        """Per-model prices with their source (None or unpriced: the cost is unknown)."""
         self.storage = storage
         self.clock = clock
         self.now = now
@@ -129,6 +133,8 @@ class Metrics:
         outcome = meter.outcome
         answered_by = outcome.model if isinstance(outcome, RunFinished) and outcome.model else run.model
         usage = run.usage
+        # Searches are counted by the run's outcome (the runs table keeps tokens only).
+        searches = outcome.usage.web_search_requests if outcome is not None else 0
         return RunMetrics(
             run_id=run.id,
             session_key=run.session_key,
@@ -150,8 +156,9 @@ class Metrics:
             fallbacks=int(not answered_by.startswith(run.model)),
             cost_usd=estimate_cost(
                 answered_by, usage.input_tokens, usage.output_tokens,
-                usage.cache_read_input_tokens, usage.cache_creation_input_tokens,
+                usage.cache_read_input_tokens, usage.cache_creation_input_tokens, self.prices, searches,
             ),
+            web_searches=searches,
         )  # fmt: skip
 
     async def anomalies(

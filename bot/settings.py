@@ -7,6 +7,7 @@ CLI call `load_settings`; everything else receives the typed sub-settings it nee
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -27,6 +28,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from agent_core.models import DEFAULT_FACTS, DEFAULT_MODEL, ModelTable
 from bot.heartbeat import HeartbeatSettings
 from bot.limit_settings import LimitSettings
 from bot.policy_settings import PolicySettings
@@ -43,9 +45,44 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ModelSettings(_Section):
+    """One model's facts in `[agent.models."<id>"]` (or ROOST_AGENT__MODELS as JSON); what is
+    left out comes from Roost's defaults for that id (agent_core.models)."""
+
+    context_window: int | None = Field(None, ge=1000)
+    max_output_tokens: int | None = Field(None, ge=1)
+    prefill: bool | None = None
+    thinking: bool | None = None
+    temperature: bool | None = None
+    input_usd_per_mtok: float | None = Field(None, ge=0)
+    output_usd_per_mtok: float | None = Field(None, ge=0)
+    cache_read_usd_per_mtok: float | None = Field(None, ge=0)
+    cache_write_usd_per_mtok: float | None = Field(None, ge=0)
+    web_search_usd_per_1k: float | None = Field(None, ge=0)
+    price_source: str = ""
+    """Where the prices come from (a URL and its date): prices without one are refused."""
+
+    @model_validator(mode="after")
+    def _prices_have_a_source(self) -> ModelSettings:
+        prices = (self.input_usd_per_mtok, self.output_usd_per_mtok, self.cache_read_usd_per_mtok,
+                  self.cache_write_usd_per_mtok, self.web_search_usd_per_1k)  # fmt: skip
+        if any(p is not None for p in prices) and not self.price_source.strip():
+            raise ValueError("a price needs price_source (where it comes from); without one the cost shows as unknown")
+        return self
+
+
 class AgentSettings(_Section):
-    model: str = "claude-sonnet-4-5"
+    model: str = DEFAULT_MODEL
+    """Default: the current Sonnet as the installed SDK lists it (agent_core.models)."""
     fallback_models: list[str] = []
+    models: dict[str, ModelSettings] = {}
+    web_search: bool = False
+    """ROOST_AGENT__WEB_SEARCH: offer the API's web search server tool where the policy allows
+    a `read` tool named web_search (agent_core.web_search)."""
+    thinking: Literal["off", "adaptive"] | int = "off"
+    """ROOST_AGENT__THINKING: off (default: no thinking parameter sent), adaptive, or a token
+    budget (≥ 1024). Sent only to models whose facts say they think."""
+    """Per-model facts over Roost's defaults (agent_core.models.DEFAULT_FACTS)."""
     max_turns: int = Field(10, ge=1, le=200)
     max_tokens: int = Field(4096, ge=1)
     tool_timeout_s: float = Field(30.0, gt=0)
@@ -65,13 +102,33 @@ class AgentSettings(_Section):
     """Latency fallback: no first token within this many seconds → the next model. Off by default."""
     queue_mode: Literal["collect", "followup", "steer", "interrupt"] = "collect"
     max_concurrent_runs: int = Field(16, ge=1)
-    context_window_tokens: int = Field(200_000, ge=1000)
-    """The model's context window, for compaction (agent_core.compaction)."""
+    context_window_tokens: int | None = Field(None, ge=1000)
+    """An override of every model's context window for compaction; None (default): the
+    window of the model a run uses, from the model table."""
     compact_at: float = Field(0.75, gt=0, le=1)
     """Compact a session when its estimated context reaches this share of the window."""
     compact_keep_tokens: int = Field(20_000, ge=0)
     """The newest turns kept verbatim by a compaction."""
     compact_timeout_s: float = Field(120.0, gt=0)
+
+    @field_validator("thinking", mode="before")
+    @classmethod
+    def _thinking_mode(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        elif isinstance(value, str) and value.strip().lower() not in ("off", "adaptive"):
+            raise ValueError(f"{value!r}: use off, adaptive or a thinking token budget (at least 1024)")
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1024:
+            raise ValueError("a thinking budget must be at least 1024 tokens (or off / adaptive)")
+        return value.strip().lower() if isinstance(value, str) else value
+
+    def model_table(self) -> ModelTable:
+        """Roost's defaults with `models` laid over them, id by id."""
+        table = dict(DEFAULT_FACTS)
+        for model_id, given in self.models.items():
+            base = ModelTable(DEFAULT_FACTS)(model_id)
+            table[model_id] = replace(base, **given.model_dump(exclude_none=True, exclude_defaults=True))
+        return ModelTable(table)
 
 
 class TelegramSettings(_Section):

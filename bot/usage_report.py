@@ -9,7 +9,10 @@ from datetime import datetime, timedelta
 from bot.storage import Storage
 from bot.storage.metrics import MetricsTotals
 
-COST_NOTE = "Costs are estimates from list prices per model family (input, output, cache read/write)."
+COST_NOTE = (
+    "Costs are computed only from prices configured per model with their source "
+    "(ROOST_AGENT__MODELS); runs of other models show as unknown cost."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +40,15 @@ def line(t: MetricsTotals) -> str:
         f"({t.tool_errors} errors, {t.tool_seconds:.1f} s); tokens {t.input_tokens:,} in, "
         f"{t.output_tokens:,} out, {t.cache_read_tokens:,} cache read, {t.cache_write_tokens:,} cache write; "
         f"cache hit {ratio(t)}; time {t.duration_s:.1f} s, first token avg {ttft}; "
-        f"fallbacks {t.fallbacks}; ≈ ${t.cost_usd:.4f}"
+        f"fallbacks {t.fallbacks}; {f'web searches {t.web_searches}; ' if t.web_searches else ''}{cost(t)}"
     )
+
+
+def cost(t: MetricsTotals) -> str:
+    if t.runs and t.unpriced_runs >= t.runs:
+        return "cost unknown"
+    unknown = f" + {t.unpriced_runs} run(s) of unknown cost" if t.unpriced_runs else ""
+    return f"≈ ${t.cost_usd:.4f}{unknown}"
 
 
 async def usage_text(storage: Storage, now: datetime, *, session_key: str | None) -> str:

@@ -13,10 +13,13 @@ import pytest
 from agent_core.anthropic_llm import AnthropicLLM
 from agent_core.breaker import Breakers
 from agent_core.events import Event, RunFailed, RunFinished, TextDelta
+from agent_core.continuation import CONTINUE_PROMPT
 from agent_core.failover import FailoverLLM
+from agent_core.models import ModelFacts, ModelTable
 from agent_core.retry import RetryPolicy
 from agent_core.risk import Scope
 from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_models import FakeModel
 from tests.fakes.anthropic_script import Response, reply_text
 from tests.harness import CoreHarness, make_harness
 
@@ -77,6 +80,12 @@ async def rig(fake_api: FakeAnthropic, tmp_path: Path) -> AsyncIterator[Rig]:
 async def make_rig(
     fake: FakeAnthropic, tmp_path: Path, *, fallbacks: tuple[str, ...] = (BACKUP,), **options: Any
 ) -> Rig:
+    # Like today's models, both refuse a prefill (the fake answers one with the service's 400);
+    # `prefill=True` makes Roost's table and the fake both accept it.
+    prefill = options.pop("prefill", False)
+    for model in (PRIMARY, BACKUP):
+        fake.models[model] = FakeModel(model, model, prefill=prefill)
+    facts = options.pop("facts", ModelTable({m: ModelFacts(prefill=prefill) for m in (PRIMARY, BACKUP)}))
     core = await make_harness(fake, tmp_path)
     llm = AnthropicLLM(
         api_key="test-key", base_url=fake.base_url, stall_timeout_s=options.pop("stall_timeout_s", 60.0)
@@ -85,8 +94,9 @@ async def make_rig(
     breakers = Breakers(clock=clock)
     core.loop._llm = FailoverLLM(
         llm, fallbacks, retry=options.pop("retry", RetryPolicy()), breakers=breakers, sleep=sleeps,
-        rand=lambda: 1.0, **options,
+        rand=lambda: 1.0, facts=facts, **options,
     )  # fmt: skip
+    core.loop.models = facts  # the loop's windows and the failover's come from one table
     return Rig(core, llm, sleeps, clock, breakers)
 
 
@@ -96,19 +106,31 @@ def finished(events: list[Event]) -> RunFinished:
     return events[-1]
 
 
-def continue_answer(full: str) -> Any:
-    """A responder that answers like a model asked to continue: with a prefill it sends the
-    rest of `full` after it, without one the whole of `full`. So the final visible text is
-    `full` exactly when nothing was duplicated or lost, whatever part of the broken stream
-    reached the client before it broke."""
+def shown_before_continuing(body: dict[str, Any]) -> str | None:
+    """The text Roost asked the model to continue — a prefill, or the assistant turn before
+    Roost's "continue" user turn — or None when the request is not a continuation."""
+    messages = body["messages"]
+    last = messages[-1]
+    if last["role"] == "user":
+        texts = [b.get("text") for b in last["content"] if isinstance(b, dict)] if isinstance(last["content"], list) else []
+        if CONTINUE_PROMPT not in texts:
+            return None
+        last = messages[-2]
+    return "".join(b["text"] for b in last["content"] if b["type"] == "text")
+
+
+def continue_answer(full: str, *, restart: bool = False) -> Any:
+    """A responder that answers like a model asked to continue: the rest of `full` after the
+    shown text; with `restart` (an endpoint that ignores prefill) or when not asked to
+    continue, the whole of `full`. So the final visible text is `full` exactly when nothing
+    was duplicated or lost, whatever part of the broken stream reached the client."""
 
     def respond(body: dict[str, Any]) -> Response:
-        last = body["messages"][-1]
-        if last["role"] == "assistant":
-            prefill = "".join(b["text"] for b in last["content"] if b["type"] == "text")
-            assert full.startswith(prefill), (full, prefill)
-            return reply_text(full[len(prefill) :], chunk_size=7)
-        return reply_text(full, chunk_size=7)
+        shown = shown_before_continuing(body)
+        if shown is None or restart:
+            return reply_text(full, chunk_size=7)
+        assert full.startswith(shown), (full, shown)
+        return reply_text(full[len(shown) :], chunk_size=7)
 
     return respond
 

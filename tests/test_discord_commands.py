@@ -32,7 +32,8 @@ async def test_slash_commands_are_registered_and_answered_ephemerally(
         iid = dc.slash(dm, OWNER, "model")
         assert "claude-test" in (await dc.await_for(lambda: ephemeral(dc, iid)))[0]
         assert not dc.bot_messages(dm)  # nothing public
-        assert not fake_api.requests
+        # No model was asked (/model reads only the endpoint's catalogue, GET /v1/models).
+        assert not [r for r in fake_api.requests if r.path.startswith("/v1/messages")]
 
 
 async def test_slash_allow_by_a_member_is_refused_and_by_the_owner_allows_the_channel(

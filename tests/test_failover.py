@@ -16,6 +16,7 @@ from tests.failover_rig import (
     finished,
     make_rig,
     rig,  # noqa: F401  (fixture)
+    shown_before_continuing,
 )
 from tests.fakes.anthropic_script import (
     Disconnect,
@@ -110,15 +111,17 @@ async def test_every_model_failing_ends_with_one_clear_error(rig: Rig) -> None:
 # ---- streams that break after text was shown -------------------------------------------
 
 
-async def _broken_then_continued(rig: Rig, broken: Reply) -> str:
+async def _broken_then_continued(rig: Rig, broken: Reply, *, restart: bool = False) -> str:
     rig.core.fake.script(broken)
-    rig.core.fake.responder = continue_answer(ANSWER)
+    rig.core.fake.responder = continue_answer(ANSWER, restart=restart)
     events, visible = await rig.run()
     done = finished(events)
     assert visible == ANSWER, "the user's view must read as one answer, nothing repeated"
     assert done.text == ANSWER and await rig.stored_answer() == ANSWER
     retry = rig.core.fake.requests[1].json
-    assert retry["messages"][-1]["role"] == "assistant", "continued from the text shown"
+    assert retry["messages"][-1]["role"] == "user", "no prefill: the models refuse it"
+    assert shown_before_continuing(retry), "continued from the text shown"
+    assert all(r.status == 200 for r in rig.core.fake.requests[1:])
     await assert_next_run_is_valid(rig)
     return visible
 
@@ -151,9 +154,71 @@ async def test_stalled_stream_is_abandoned_and_continued(fake_api, tmp_path) -> 
 
 
 async def test_trailing_space_shown_before_a_break_is_not_doubled(rig: Rig) -> None:
-    # The API refuses a prefill ending in whitespace: it is sent trimmed, and the
-    # continuation's own leading space is not shown a second time.
+    # The API refuses a final assistant turn ending in whitespace: it is sent trimmed, and
+    # the continuation's own leading space is not shown a second time.
     await _broken_then_continued(rig, Reply(Text("The capital of ", chunk_size=15), Disconnect()))
+
+
+async def test_stall_on_a_model_refusing_prefill_shows_first_words_once(fake_api, tmp_path) -> None:
+    # The reported failure: the retry was sent with the shown text as a prefill, the model
+    # answered 400 "does not support assistant message prefill", and the user was told to
+    # send /new. Now: one complete answer, its first words once, no refused request.
+    rig = await make_rig(fake_api, tmp_path, stall_timeout_s=3.0)
+    try:
+        await _broken_then_continued(rig, Reply(Text(ANSWER[:19], chunk_size=4), Stall(None)))
+        assert fake_api.requests[0].outcome == "client_disconnected"
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
+
+
+async def test_stall_then_restarted_answer_shows_first_words_once(fake_api, tmp_path) -> None:
+    # The model refuses prefill and, asked to continue, starts the whole answer again.
+    rig = await make_rig(fake_api, tmp_path, stall_timeout_s=3.0)
+    try:
+        await _broken_then_continued(rig, Reply(Text(ANSWER[:19], chunk_size=4), Stall(None)), restart=True)
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
+
+
+async def test_endpoint_ignoring_prefill_and_restarting_shows_first_words_once(fake_api, tmp_path) -> None:
+    # Configured as accepting prefill (and the endpoint takes it) but restarting the answer
+    # anyway, as some compatible endpoints do.
+    rig = await make_rig(fake_api, tmp_path, prefill=True)
+    try:
+        rig.core.fake.script(Reply(Text(ANSWER[:23], chunk_size=4), Disconnect()))
+        rig.core.fake.responder = continue_answer(ANSWER, restart=True)
+        events, visible = await rig.run()
+        assert visible == ANSWER and finished(events).text == ANSWER and await rig.stored_answer() == ANSWER
+        assert rig.core.fake.requests[1].json["messages"][-1]["role"] == "assistant", "prefilled"
+        await assert_next_run_is_valid(rig)
+    finally:
+        await rig.llm.aclose()
+        await rig.core.llm.aclose()
+        await rig.core.storage.aclose()
+
+
+async def test_max_tokens_mid_answer_is_continued_once_without_repetition(rig: Rig) -> None:
+    rig.core.fake.script(Reply(Text(ANSWER[:40], chunk_size=6), stop_reason="max_tokens"))
+    rig.core.fake.responder = continue_answer(ANSWER)
+    events, visible = await rig.run()
+    done = finished(events)
+    assert visible == ANSWER and done.text == ANSWER and await rig.stored_answer() == ANSWER
+    assert done.stop_reason == "end_turn" and len(rig.core.fake.requests) == 2
+    assert shown_before_continuing(rig.core.fake.requests[1].json) == ANSWER[:40].rstrip()
+    await assert_next_run_is_valid(rig)
+
+
+async def test_max_tokens_twice_is_continued_once_then_said(rig: Rig) -> None:
+    rig.core.fake.responder = lambda body: Reply(Text("More and more words"), stop_reason="max_tokens")
+    events, visible = await rig.run()
+    done = finished(events)
+    assert len(rig.core.fake.requests) == 2, "continued once, not forever"
+    assert "output limit" in visible and done.stop_reason == "max_tokens"
+    await assert_next_run_is_valid(rig)
 
 
 async def test_break_after_text_with_every_model_down_fails_clearly(rig: Rig) -> None:
@@ -217,8 +282,7 @@ async def test_break_after_a_complete_tool_call_runs_the_tool_once(rig: Rig) -> 
     rig.core.fake.script(Reply(Text("Let me count."), ToolUse("big", {"count": 2}), Disconnect()))
 
     def respond(body: dict) -> Reply:
-        last = body["messages"][-1]
-        if last["role"] == "assistant":  # the continuation after the break
+        if shown_before_continuing(body):  # the continuation after the break
             return reply_tools(ToolUse("big", {"count": 2}))
         return reply_text("There were two lines.")
 
@@ -242,7 +306,7 @@ async def test_break_after_text_is_continued_by_the_fallback_model(rig: Rig) -> 
     assert done.model == BACKUP
     assert visible == ANSWER + "\n\n(answered by claude-backup: claude-test was overloaded)"
     assert await rig.stored_answer() == ANSWER
-    assert rig.core.fake.requests[-1].json["messages"][-1]["role"] == "assistant"
+    assert shown_before_continuing(rig.core.fake.requests[-1].json) == ANSWER[:30].rstrip()
 
 
 async def test_connection_dropped_before_any_answer_is_retried(rig: Rig) -> None:

@@ -184,7 +184,8 @@ async def test_commands_are_registered_and_answered(tmp_path, tg: FakeTelegram, 
         tg.send_group(GROUP, MEMBER, "/status", first_name="Bob")  # a bare command is for us
         await h.bot_text(GROUP, lambda t: t.startswith("Model: claude-test"))
         assert len(tg.bot_messages(GROUP)) == 2
-        assert not fake_api.requests  # commands never reach the model
+        # Commands never reach the model (/model reads only its catalogue, GET /v1/models).
+        assert not [r for r in fake_api.requests if r.path.startswith("/v1/messages")]
 
 
 async def test_odd_updates_are_skipped_and_the_bot_keeps_answering(

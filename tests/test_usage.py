@@ -75,7 +75,8 @@ async def test_usage_figures_equal_the_sum_of_the_stored_runs(tmp_path, fake_api
         assert numbers(total) == sums
         assert sums[0] == 4 and sums[3] == 2 and sums[4] == 1  # 4 runs, 2 tool calls, one an error
         assert re.search(r"^  main: 3 runs", report, re.M) and re.search(r"^  group:telegram:-100: 1 runs", report, re.M)
-        assert "estimates" in report
+        # No prices are configured for claude-test: unknown, never a guessed "$0.00".
+        assert "cost unknown" in report and "$" not in report and "with their source" in report
 
         # Each run's row: timings and the model that answered.
         async with app.storage.engine.connect() as conn:
@@ -164,3 +165,19 @@ def test_metrics_is_built_with_injectable_clocks() -> None:
     # The app injects nothing; tests replace these attributes (see above).
     m = Metrics(storage=None, clock=lambda: 1.0, now=lambda: datetime(2026, 1, 1, tzinfo=UTC))  # type: ignore[arg-type]
     assert m.meter().started == 1.0
+
+
+def test_cost_is_shown_only_from_prices_configured_with_their_source() -> None:
+    import pytest
+
+    from bot.commands import estimate_cost
+    from bot.settings import AgentSettings
+
+    with pytest.raises(ValueError, match="price_source"):
+        AgentSettings(models={"claude-x": {"input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0}})
+    table = AgentSettings(models={"claude-x": {
+        "input_usd_per_mtok": 3.0, "output_usd_per_mtok": 15.0, "cache_read_usd_per_mtok": 0.3,
+        "cache_write_usd_per_mtok": 3.75, "price_source": "https://example.test/pricing (2026-11-01)",
+    }}).model_table()  # fmt: skip
+    assert estimate_cost("claude-x", 1_000_000, 100_000, 0, 0, table) == pytest.approx(4.5)
+    assert estimate_cost("claude-sonnet-5-5", 1_000_000, 0, 0, 0, table) is None, "no source: unknown"

@@ -1,4 +1,5 @@
-"""Tool status lines shown under a streaming reply ("⚙️ exec: ls -la", "✓ exec (0.4 s)")."""
+"""Tool status lines shown under a streaming reply ("⚙️ exec: ls -la", "✓ exec (0.4 s)"), and
+"💭 thinking…" while the model thinks."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from agent_core.events import (
     Event,
     PlanProgress,
     QuestionAsked,
+    ThinkingChanged,
     ToolFinished,
     ToolStarted,
     WorkersChanged,
 )
 
 MAX_DETAIL = 60
+THINKING_LINE = "💭 thinking…"
 _MD_SPECIAL = re.compile(r"([\\`*_~|>#\[\]()])")
 # Input keys that usually hold the gist of a call, in preference order.
 _GIST_KEYS = ("command", "cmd", "query", "path", "url", "file", "name", "text")
@@ -93,6 +96,7 @@ class ToolBoard:
         self._approvals: dict[str, str] = {}  # approval id → call id
         self._plan = ""  # "step 2/4: restart web (done when: status is active)"
         self._workers = ""  # "2 workers running"
+        self._thinking = ""  # "💭 thinking…" while the model thinks (its reasoning is never shown)
 
     def apply(self, event: Event) -> bool:
         """Update from a tool or approval event; False for events it does not track."""
@@ -108,6 +112,8 @@ class ToolBoard:
                 self._tools.setdefault(cid, ToolStatus(name)).state = "waiting"
             case PlanProgress():
                 self._plan = f"📋 {event.line()}"
+            case ThinkingChanged(active=active):
+                self._thinking = THINKING_LINE if active else ""
             case WorkersChanged(running=running, finished=finished):
                 self._workers = (f"👷 {running} worker{'s' if running != 1 else ''} running" if running
                                  else f"👷 {finished} worker{'s' if finished != 1 else ''} done")  # fmt: skip
@@ -126,6 +132,6 @@ class ToolBoard:
 
     def lines(self, max_lines: int, markdown: bool = False) -> list[str]:
         """Status lines, newest last; escaped for a Markdown platform if `markdown`."""
-        pinned = [line for line in (self._plan, self._workers) if line]
+        pinned = [line for line in (self._plan, self._workers, self._thinking) if line]
         lines = pinned + status_block(self._tools.values(), max(1, max_lines - len(pinned)))
         return [escape_markdown(line) for line in lines] if markdown else lines

@@ -24,8 +24,8 @@ from bot.storage.runs import _run_row
 @dataclass(frozen=True, slots=True)
 class RunMetrics:
     """What one run cost and how it went. `errors` is 1 when the run failed (not a user's
-    /stop), `tool_errors` counts tool results that were errors; `cost_usd` is an estimate
-    from a list-price table (None for a model family it does not know)."""
+    /stop), `tool_errors` counts tool results that were errors; `cost_usd` is at the
+    prices configured for the model with their source (None when they are not: unknown)."""
 
     run_id: str
     session_key: str
@@ -45,6 +45,7 @@ class RunMetrics:
     cache_write_tokens: int
     fallbacks: int
     cost_usd: float | None
+    web_searches: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,10 @@ class MetricsTotals:
     cache_write_tokens: int = 0
     fallbacks: int = 0
     cost_usd: float = 0.0
+    """Of the runs whose cost is known (see `unpriced_runs`)."""
+    unpriced_runs: int = 0
+    """Runs of a model without configured prices: their cost is unknown, not zero."""
+    web_searches: int = 0
 
     @property
     def cache_hit_ratio(self) -> float | None:
@@ -89,6 +94,8 @@ _SUMS = (
     func.coalesce(func.sum(_M.cache_write_tokens), 0),
     func.coalesce(func.sum(_M.fallbacks), 0),
     func.coalesce(func.sum(_M.cost_usd), 0.0),
+    func.coalesce(func.sum(case((_M.cost_usd.is_(None), 1), else_=0)), 0),
+    func.coalesce(func.sum(_M.web_searches), 0),
 )
 
 

@@ -389,6 +389,7 @@ class RunMetricsModel(Base):
     cache_write_tokens: Mapped[int] = mapped_column(BigInteger)
     fallbacks: Mapped[int] = mapped_column(Integer)
     cost_usd: Mapped[float | None] = mapped_column(Float)
+    web_searches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class NoticeSentModel(Base):

@@ -10,8 +10,9 @@ Point the real SDK at it::
 
 Contract:
 
-- ``POST /v1/messages`` (streaming and not) and ``POST /v1/messages/count_tokens``; any other
-  path gets a real-shaped 404. Requests need a credential — ``x-api-key`` or
+- ``POST /v1/messages`` (streaming and not), ``POST /v1/messages/count_tokens``, and
+  ``GET /v1/models`` / ``GET /v1/models/{id}`` (from ``models``); any other path gets a
+  real-shaped 404. Requests need a credential — ``x-api-key`` or
   ``Authorization: Bearer`` (SDK 2.10 sends the latter) — else 401, an ``anthropic-version``
   header, else 400, and must pass ``validate_request``, else 400.
 - Answers come from, in order: the first queued ``script_when`` entry whose predicate matches,
@@ -19,8 +20,16 @@ Contract:
   rejected before that point consumes nothing.
 - Every request is recorded on arrival (``requests``) and updated as its answer proceeds.
 - ``context_window_tokens``: when set, a ``/v1/messages`` request whose prompt counts more
-  tokens (``ceil(characters / 4)`` of its canonical JSON, as ``count_tokens`` reports) gets the
+  tokens (``anthropic_usage.count_tokens``: ASCII at 4 characters a token, others 1) gets the
   real 400 ``invalid_request_error`` "prompt is too long: N tokens > M maximum".
+- ``models`` (default ``anthropic_models.DEFAULT_MODELS``, a per-fake copy): per model id its
+  window, output limit and whether it accepts prefill, ``temperature`` and ``thinking``; a
+  request breaking one gets the service's 400 (``anthropic_models.check_for_model``; a
+  trailing assistant message on a model without prefill gets the exact refusal). Ids not in
+  the table are served without limits, or with ``strict_models`` get the real 404.
+- Thinking blocks (``Thinking`` parts) are served with signatures; one sent back altered, or
+  dropped from the assistant turn of a tool loop in progress while ``thinking`` is on, gets
+  the service's 400 (``anthropic_thinking``).
 - ``tool_ids="numbered"``: tool uses without a scripted id are served as ``toolu_1``,
   ``toolu_2``, … per response (some Anthropic-compatible endpoints do this), so ids repeat
   across responses; the default ``"random"`` mimics the real service.
@@ -41,6 +50,8 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from tests.fakes.anthropic_models import DEFAULT_MODELS, FakeModel, check_for_model, unknown_model
+from tests.fakes.anthropic_thinking import ThinkingLedger
 from tests.fakes.anthropic_recording import RecordedRequest, RecordKey, RequestLog, RequestsPredicate
 from tests.fakes.anthropic_script import (
     Disconnect,
@@ -83,6 +94,8 @@ class FakeAnthropic:
         host: str = "127.0.0.1",
         context_window_tokens: int | None = None,
         tool_ids: Literal["random", "numbered"] = "random",
+        models: dict[str, FakeModel] | None = None,
+        strict_models: bool = False,
     ) -> None:
         """``api_key``: when set, any other credential gets 401. ``require_user_first``: reject
         a conversation opening with an assistant turn (Bedrock does; the 1P API now allows it).
@@ -91,11 +104,14 @@ class FakeAnthropic:
         self._api_key = api_key
         self.context_window_tokens = context_window_tokens
         self.tool_ids = tool_ids
+        self.models: dict[str, FakeModel] = dict(DEFAULT_MODELS if models is None else models)
+        self.strict_models = strict_models
         self._require_user_first = require_user_first
         self._host = host
         self._scripts = ScriptQueue(responder or echo_responder)
         self._log = RequestLog()
         self._cache = PromptCache()
+        self._thinking = ThinkingLedger()
         self._lock = threading.Lock()  # guards the lifecycle state only
         self._state: Literal["new", "running", "closed"] = "new"
         self._port: int | None = None
@@ -220,6 +236,7 @@ class FakeAnthropic:
         self._log.clear()
         self._scripts.clear()
         self._cache.clear()
+        self._thinking.clear()
 
     # ---- server thread ---------------------------------------------------------------
 
@@ -292,6 +309,9 @@ class FakeAnthropic:
             raise
 
     async def _dispatch(self, request: web.Request, key: RecordKey, request_id: str, body: Any) -> web.StreamResponse:
+        if request.method == "GET" and (request.path == "/v1/models" or request.path.startswith("/v1/models/")):
+            self._check_headers(request)
+            return self._models_answer(key, request_id, request.path.removeprefix("/v1/models").strip("/"))
         if request.method != "POST" or request.path not in _PATHS:
             raise ApiError(404, "not_found_error", f"Not Found: {request.method} {request.path}")
         self._check_headers(request)
@@ -299,9 +319,15 @@ class FakeAnthropic:
             raise invalid("There was an error parsing the body of your request: body is not valid JSON")
         endpoint = "count_tokens" if request.path.endswith("/count_tokens") else "messages"
         validate_request(body, endpoint=endpoint, require_user_first=self._require_user_first)
+        model = self.models.get(body["model"])
+        if model is None and self.strict_models:
+            raise unknown_model(body["model"])
         limit = self.context_window_tokens
         if endpoint == "messages" and limit is not None and (used := count_tokens(body)) > limit:
             raise invalid(f"prompt is too long: {used} tokens > {limit} maximum")
+        if endpoint == "messages" and model is not None:
+            check_for_model(body, model, prompt_tokens=count_tokens(body))
+        self._thinking.check(body)
         if endpoint == "count_tokens":
             self._log.update(key, status=200, outcome="answered")
             return web.json_response({"input_tokens": count_tokens(body)}, headers={"request-id": request_id})
@@ -322,6 +348,7 @@ class FakeAnthropic:
             await self._pause(response.seconds)
             raise self._drop(request, key, response)
         reply = response.with_ids(numbered=self.tool_ids == "numbered")
+        self._thinking.served(reply)
         self._log.update(key, served=reply)
         prompt = self._cache.account(body)
         message_id = new_id("msg_01")
@@ -369,6 +396,22 @@ class FakeAnthropic:
         await stream.write_eof()
         self._log.update(key, outcome="answered")
         return stream
+
+    def _models_answer(self, key: RecordKey, request_id: str, model_id: str) -> web.Response:
+        """``GET /v1/models`` (one page, newest first) or ``GET /v1/models/{id}``."""
+        if model_id:
+            model = self.models.get(model_id)
+            if model is None:
+                raise unknown_model(model_id)
+            answer: dict[str, Any] = model.info()
+        else:
+            data = sorted((m.info() for m in self.models.values()), key=lambda m: m["created_at"], reverse=True)
+            answer = {
+                "data": data, "has_more": False,
+                "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None,
+            }  # fmt: skip
+        self._log.update(key, status=200, outcome="answered")
+        return web.json_response(answer, headers={"request-id": request_id})
 
     def _check_headers(self, request: web.Request) -> None:
         # SDK 2.10 sends api_key= as "Authorization: Bearer <key>", not as x-api-key.

@@ -2,8 +2,8 @@
 
 A *response* is one of:
 
-- ``Reply(*parts)`` — an assistant message. Parts are content blocks (``Text``, ``ToolUse``,
-  ``RawToolUse``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``,
+- ``Reply(*parts)`` — an assistant message. Parts are content blocks (``Thinking``, ``Text``,
+  ``ToolUse``, ``RawToolUse``) and stream directives (``Stall``, ``Disconnect``, ``StreamError``,
   ``Truncate``) that act at their position in the stream.
 - ``Error(status, ...)`` — an HTTP error answer in the real error shape.
 - ``Stall(seconds)`` — hang before sending any response, then drop the connection.
@@ -45,6 +45,19 @@ class Text:
 
 
 @dataclass(frozen=True, slots=True)
+class Thinking:
+    """A ``thinking`` block, streamed as ``thinking_delta`` chunks then one ``signature_delta``
+    (``redacted``: a ``redacted_thinking`` block with opaque ``data`` instead). ``signature=None``
+    gets a fresh signature when served; the fake remembers what it signed and refuses a block
+    sent back altered (anthropic_thinking)."""
+
+    text: str
+    signature: str | None = None
+    redacted: bool = False
+    chunk_size: int = 20
+
+
+@dataclass(frozen=True, slots=True)
 class ToolUse:
     """A ``tool_use`` block; ``input`` is streamed as ``input_json_delta`` chunks of its JSON.
     ``id=None`` gets a fresh ``toolu_…`` id each time it is served."""
@@ -53,6 +66,25 @@ class ToolUse:
     input: Mapping[str, Any] = field(default_factory=dict)
     id: str | None = None
     chunk_size: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ServerToolUse:
+    """The service's own tool call (``server_tool_use``, e.g. a web search); input streamed
+    like a tool use's. ``id=None`` gets a fresh ``srvtoolu_…`` id."""
+
+    name: str = "web_search"
+    input: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebSearchResults:
+    """A ``web_search_tool_result`` block answering the ``ServerToolUse`` before it:
+    ``results`` are (url, title) pairs, sent whole at the block's start as the service does."""
+
+    results: tuple[tuple[str, str], ...] = ()
+    tool_use_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +129,7 @@ class Truncate:
     that simply ends. Non-streaming requests are answered whole."""
 
 
-Block: TypeAlias = Text | ToolUse | RawToolUse
+Block: TypeAlias = Thinking | Text | ToolUse | RawToolUse | ServerToolUse | WebSearchResults
 Part: TypeAlias = Block | Stall | Disconnect | StreamError | Truncate
 
 
@@ -119,7 +151,7 @@ class Reply:
         usage: Mapping[str, int] | None = None,
     ) -> None:
         for part in parts:
-            if not isinstance(part, Text | ToolUse | RawToolUse | Stall | Disconnect | StreamError | Truncate):
+            if not isinstance(part, Block | Stall | Disconnect | StreamError | Truncate):
                 raise TypeError(f"not a Reply part: {part!r}")
         object.__setattr__(self, "parts", tuple(parts))
         object.__setattr__(self, "stop_reason", stop_reason)
@@ -128,7 +160,7 @@ class Reply:
 
     @property
     def blocks(self) -> tuple[Block, ...]:
-        return tuple(p for p in self.parts if isinstance(p, Text | ToolUse | RawToolUse))
+        return tuple(p for p in self.parts if isinstance(p, Block))
 
     @property
     def effective_stop_reason(self) -> str:
@@ -146,11 +178,27 @@ class Reply:
         ``toolu_2``, … counted per response, as some Anthropic-compatible endpoints do (so
         the same ids come back in every response)."""
         counter = iter(range(1, len(self.parts) + 1))
+        searched: list[str] = []
+
+        def server_id(part: ServerToolUse) -> ServerToolUse:
+            done = part if part.id else dataclasses.replace(part, id=new_id("srvtoolu_01"))
+            searched.append(done.id or "")
+            return done
+
+        staged = tuple(
+            server_id(p) if isinstance(p, ServerToolUse)
+            else dataclasses.replace(p, tool_use_id=searched[-1] if searched else new_id("srvtoolu_01"))
+            if isinstance(p, WebSearchResults) and p.tool_use_id is None
+            else p
+            for p in self.parts
+        )  # fmt: skip
         parts = tuple(
             dataclasses.replace(p, id=f"toolu_{next(counter)}" if numbered else new_id("toolu_01"))
             if isinstance(p, ToolUse | RawToolUse) and p.id is None
+            else dataclasses.replace(p, signature=new_id("Eu8BCkYIBRgCKkA"))
+            if isinstance(p, Thinking) and p.signature is None
             else p
-            for p in self.parts
+            for p in staged
         )
         return Reply(
             *parts, stop_reason=self.stop_reason, stop_sequence=self.stop_sequence, usage=self.usage
@@ -220,7 +268,7 @@ def as_response(value: object) -> Response:
     """Normalise what a responder returned; raises TypeError for anything else."""
     if isinstance(value, Reply | Error | Stall | Disconnect):
         return value
-    if isinstance(value, Text | ToolUse | RawToolUse):
+    if isinstance(value, Block):
         return Reply(value)
     if isinstance(value, str):
         return reply_text(value)

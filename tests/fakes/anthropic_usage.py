@@ -1,6 +1,7 @@
 """Token counting and a prompt-cache simulation for the fake Messages API.
 
-Tokens are ``ceil(characters / 4)`` of canonical JSON. The prompt is a sequence of *units* in
+Tokens are ``ceil(weight / 4)`` of canonical JSON, where ASCII characters weigh 1 and any
+other character 4 (a token each, near what real tokenizers do for CJK text). The prompt is a sequence of *units* in
 the service's caching order — each tool, then each system block, then each message content
 block — and ``cache_control`` marks a breakpoint after a unit (top-level ``cache_control``
 marks the last unit).
@@ -72,8 +73,15 @@ def prompt_units(body: Mapping[str, Any]) -> list[tuple[str, bool]]:
     return units
 
 
+def weight(unit: str) -> int:
+    """Characters as the fake's tokenizer weighs them: ASCII at 4 a token, anything else (CJK,
+    emoji) a token each, as real tokenizers come close to — so a characters-per-token guess
+    is wrong for such text, as it is against the real service."""
+    return len(unit) + 3 * sum(1 for c in unit if ord(c) > 127)
+
+
 def count_tokens(body: Mapping[str, Any]) -> int:
-    return tokens(sum(len(unit) for unit, _ in prompt_units(body)))
+    return tokens(sum(weight(unit) for unit, _ in prompt_units(body)))
 
 
 class PromptCache:
@@ -97,7 +105,7 @@ class PromptCache:
         for unit, _ in units:
             running.update(b"\x1e" + unit.encode())
             digests.append(running.copy().hexdigest())
-            chars += len(unit)
+            chars += weight(unit)
             ends.append(chars)
         total = tokens(chars)
         breakpoints = [i for i, (_, marked) in enumerate(units) if marked]

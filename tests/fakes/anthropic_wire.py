@@ -22,8 +22,11 @@ from tests.fakes.anthropic_script import (
     Reply,
     Stall,
     StreamError,
+    ServerToolUse,
     Text,
+    Thinking,
     ToolUse,
+    WebSearchResults,
     Truncate,
 )
 from tests.fakes.anthropic_usage import PromptUsage, tokens
@@ -57,14 +60,16 @@ def tool_input_json(block: ToolUse | RawToolUse) -> str:
 
 def output_tokens(reply: Reply) -> int:
     chars = sum(
-        len(b.text) if isinstance(b, Text) else len(b.name) + len(tool_input_json(b))
+        len(b.text) if isinstance(b, Text | Thinking)
+        else len(b.name) + len(tool_input_json(b)) if isinstance(b, ToolUse | RawToolUse)
+        else 10
         for b in reply.blocks
-    )
+    )  # fmt: skip
     return max(1, tokens(chars))
 
 
 def usage_json(
-    prompt: PromptUsage, output: int, overrides: Mapping[str, int] | None
+    prompt: PromptUsage, output: int, overrides: Mapping[str, int] | None, searches: int = 0
 ) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "input_tokens": prompt.input_tokens,
@@ -77,6 +82,8 @@ def usage_json(
         "output_tokens": output,
         "service_tier": "standard",
     }
+    if searches:
+        usage["server_tool_use"] = {"web_search_requests": searches, "web_fetch_requests": 0}
     usage.update(overrides or {})
     return usage
 
@@ -96,7 +103,34 @@ def _message_shell(
     }
 
 
-def _block_start(block: Text | ToolUse | RawToolUse) -> dict[str, Any]:
+def thinking_json(block: Thinking) -> dict[str, Any]:
+    if block.redacted:
+        return {"type": "redacted_thinking", "data": block.signature}
+    return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+
+
+def web_search_json(block: WebSearchResults) -> dict[str, Any]:
+    return {
+        "type": "web_search_tool_result",
+        "tool_use_id": block.tool_use_id,
+        "content": [
+            {"type": "web_search_result", "url": url, "title": title, "encrypted_content": f"enc:{url}"}
+            for url, title in block.results
+        ],
+    }
+
+
+def _searches(reply: Reply) -> int:
+    return sum(1 for b in reply.blocks if isinstance(b, ServerToolUse) and b.name == "web_search")
+
+
+def _block_start(block: Any) -> dict[str, Any]:
+    if isinstance(block, ServerToolUse):
+        return {"type": "server_tool_use", "id": block.id, "name": block.name, "input": {}}
+    if isinstance(block, WebSearchResults):
+        return web_search_json(block)
+    if isinstance(block, Thinking):
+        return thinking_json(block) if block.redacted else {"type": "thinking", "thinking": "", "signature": ""}
     if isinstance(block, Text):
         return {"type": "text", "text": ""}
     return {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
@@ -111,7 +145,7 @@ def stream_steps(
     reply: Reply, *, message_id: str, model: str, prompt: PromptUsage
 ) -> Iterator[Step]:
     """The SSE answer for ``reply`` (whose tool uses already carry ids)."""
-    final_usage = usage_json(prompt, output_tokens(reply), reply.usage)
+    final_usage = usage_json(prompt, output_tokens(reply), reply.usage, _searches(reply))
     start_usage = {**final_usage, "output_tokens": 1}  # the service reports 1 until the end
     yield SseEvent(
         "message_start",
@@ -139,7 +173,26 @@ def stream_steps(
         if not pinged:
             yield SseEvent("ping", {"type": "ping"})
             pinged = True
-        if isinstance(part, Text):
+        if isinstance(part, Thinking):
+            deltas = [] if part.redacted else [
+                *({"type": "thinking_delta", "thinking": c} for c in _chunks(part.text, part.chunk_size)),
+                {"type": "signature_delta", "signature": part.signature},
+            ]  # fmt: skip
+            for delta in deltas:
+                yield SseEvent(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+        elif isinstance(part, WebSearchResults):
+            pass  # whole at its start
+        elif isinstance(part, ServerToolUse):
+            for chunk in ["", *_chunks(json.dumps(dict(part.input)), 16)]:
+                delta = {"type": "input_json_delta", "partial_json": chunk}
+                yield SseEvent(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+        elif isinstance(part, Text):
             for n, chunk in enumerate(_chunks(part.text, part.chunk_size)):
                 if n and part.delay_s > 0:
                     yield Stall(part.delay_s)
@@ -182,6 +235,15 @@ def message_json(
     """The non-streaming answer for ``reply`` (whose tool uses already carry ids)."""
     content: list[dict[str, Any]] = []
     for block in reply.blocks:
+        if isinstance(block, Thinking):
+            content.append(thinking_json(block))
+            continue
+        if isinstance(block, ServerToolUse):
+            content.append({"type": "server_tool_use", "id": block.id, "name": block.name, "input": dict(block.input)})
+            continue
+        if isinstance(block, WebSearchResults):
+            content.append(web_search_json(block))
+            continue
         if isinstance(block, Text):
             content.append({"type": "text", "text": block.text})
             continue
@@ -192,7 +254,7 @@ def message_json(
             value = raw  # malformed scripted JSON: hand over the string rather than invent an input
         content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": value})
     message = _message_shell(
-        message_id, model, content, usage_json(prompt, output_tokens(reply), reply.usage)
+        message_id, model, content, usage_json(prompt, output_tokens(reply), reply.usage, _searches(reply))
     )
     message["stop_reason"] = reply.effective_stop_reason
     message["stop_sequence"] = reply.stop_sequence
