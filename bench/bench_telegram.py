@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from adapters.render.chunks import ChunkSpec, plan_chunks  # noqa: E402
 from adapters.telegram import TelegramAdapter  # noqa: E402
 from adapters.telegram.transport import GROUP_INTERVAL_S  # noqa: E402
-from adapters.base import Delivery  # noqa: E402
+from adapters.base import Delivery, Taken  # noqa: E402
 from agent_core.approvals import Decision, ResolveOutcome, ResolveResult  # noqa: E402
 from agent_core.events import RunFinished, RunStarted, TextDelta, Usage  # noqa: E402
 from agent_core.inbound import Inbound, ReplyTarget  # noqa: E402
@@ -85,7 +85,14 @@ class InstantHandler:
         self._n = 0
 
     async def receive(self, inbound: Inbound) -> bool:
-        task = asyncio.get_running_loop().create_task(self._answer(inbound))
+        taken = await self.take(inbound)
+        return taken is not None and await self.handle(taken)
+
+    async def take(self, inbound: Inbound) -> Taken | None:
+        return Taken(inbound, 0)
+
+    async def handle(self, taken: Taken) -> bool:
+        task = asyncio.get_running_loop().create_task(self._answer(taken.inbound))
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
         return True

@@ -6,7 +6,8 @@ mention), registers the commands with setMyCommands (in the background: it must 
 the first poll), then long-polls — or, in webhook mode, registers `webhook_url` with
 setWebhook and serves its path on `webhook_listen`, checking the secret on every request
 (a wrong or missing secret gets 403 and nothing is processed; webhook mode refuses to
-start without a secret). If start fails, everything
+start without a secret). An update is confirmed to Telegram (the next getUpdates offset, the
+webhook's 200) only after its message is stored in the inbox (`intake.py`). If start fails, everything
 started so far is closed. `aclose` stops intake, lets updates in progress finish briefly,
 drops queued sends, and closes the HTTP clients; it is idempotent.
 
@@ -22,6 +23,7 @@ import logging
 import re
 import time
 from collections.abc import Coroutine, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -42,6 +44,7 @@ from adapters.telegram.approval_cards import ApprovalCards, parse_card_ref, reco
 from adapters.telegram.callback_data import CallbackCodec
 from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
+from adapters.telegram.intake import Intake
 from adapters.telegram.reply import ReplyContext, TelegramReply, transport_for
 from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, call
 from adapters.telegram.updates import BotIdentity, describe, to_inbound
@@ -147,7 +150,6 @@ class TelegramAdapter(StartsOnce):
         self._updater: Updater | None = None
         self._outbox: Outbox | None = None
         self._dispatcher: ChatDispatcher | None = None
-        self._consumer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx: ReplyContext | None = None
         self._callbacks: CallbackHandler | None = None
@@ -186,11 +188,10 @@ class TelegramAdapter(StartsOnce):
             bot, self._outbox, cards, handler, self._clock, self._sleep, *self._intervals
         )
         self._callbacks = CallbackHandler(self._ctx, self._codec)
-        self._dispatcher = ChatDispatcher(self._process, max_concurrent=self._max_concurrent)
-        queue: asyncio.Queue[object] = asyncio.Queue()
-        self._updater = Updater(bot, queue)
+        self._dispatcher = ChatDispatcher(max_concurrent=self._max_concurrent)
+        # PTB confirms an update when `put` returns: only once it is stored (see intake.py).
+        self._updater = Updater(bot, Intake(self._take))
         await self._updater.initialize()
-        self._consumer = asyncio.get_running_loop().create_task(self._consume(queue), name="tg-updates")
         if self._commands:
             self._spawn(self._register_commands())
         if self._mode == "polling":
@@ -218,9 +219,6 @@ class TelegramAdapter(StartsOnce):
         updater = self._updater
         if updater is not None and updater.running:
             await _quietly("updater.stop", updater.stop())
-        if self._consumer is not None:
-            self._consumer.cancel()
-            await asyncio.gather(self._consumer, return_exceptions=True)
         if self._dispatcher is not None:
             await self._dispatcher.aclose()
         for task in list(self._tasks):
@@ -258,25 +256,26 @@ class TelegramAdapter(StartsOnce):
 
     # -- inbound ---------------------------------------------------------------------
 
-    async def _consume(self, queue: asyncio.Queue[object]) -> None:
-        assert self._dispatcher is not None
-        while True:
-            update = await queue.get()
-            if isinstance(update, Update):
-                self._dispatcher.submit(update)
-            else:
-                log.warning("telegram.unexpected_queue_item type=%s", type(update).__name__)
-
-    async def _process(self, update: Update) -> None:
+    async def _take(self, update: object) -> None:
+        """Called by PTB for each update, which it confirms when this returns: a message is
+        stored first (`InboundHandler.take`), then routed by the chat's worker. A button
+        press has no inbox row and is handed on at once (a press lost to a crash leaves
+        its button in place, to be pressed again)."""
         assert self._handler is not None and self._me is not None and self._callbacks is not None
+        assert self._dispatcher is not None
+        if not isinstance(update, Update):
+            log.warning("telegram.unexpected_update type=%s", type(update).__name__)
+            return
         if update.callback_query is not None:
-            await self._callbacks.handle(update.callback_query)
+            self._dispatcher.submit(update, partial(self._callbacks.handle, update.callback_query))
             return
         inbound = to_inbound(update, self._me)
         if inbound is None:
             log.info("telegram.update_ignored %s", describe(update))
             return
-        await self._handler.receive(inbound)
+        taken = await self._handler.take(inbound)
+        if taken is not None:  # None: taken before (a redelivery), answered once already
+            self._dispatcher.submit(update, partial(self._handler.handle, taken))
 
     # -- outbound --------------------------------------------------------------------
 
