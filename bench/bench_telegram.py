@@ -4,7 +4,8 @@ Run: .venv/bin/python bench/bench_telegram.py [--pings 200] [--rounds 5]
 
 Prints:
 - start-up: `TelegramAdapter.start` → first getUpdates arriving at the fake (in process),
-  and a cold `roost run` process → first getUpdates;
+  and a cold `roost run` process → first getUpdates, for a first start (a new home: the
+  schema is made by a child `roost init`) and for restarts at head (no child);
 - update → first Bot API call from Roost (the fake's clock: update created → request
   arrived; the first call is the typing indicator) and → the answer's sendMessage, p50 /
   p99, for 1 chat at a time and for 100 concurrent chats, with the production
@@ -21,7 +22,7 @@ Prints:
   characters exist), edit spacing; then the same under three injected 429s with
   retry_after 2 s (PEERS.md's measure).
 
-`--only first-reply` runs just the last two parts.
+`--only first-reply` runs just the last two parts; `--only startup` just the start-up.
 """
 
 from __future__ import annotations
@@ -232,27 +233,36 @@ async def startup_in_process(tg: FakeTelegram, runs: int = 5) -> list[float]:
     return times
 
 
-async def startup_process(tg: FakeTelegram, llm: FakeAnthropic) -> float:
+async def startup_process(tg: FakeTelegram, llm: FakeAnthropic, restarts: int = 3) -> tuple[float, list[float]]:
+    """A cold `roost run` → first getUpdates: the first start in a new home (the schema is
+    created by a child `roost init`), then `restarts` starts of the same home at head (no
+    child: one query says so)."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_"))}
-        env.update(ROOST_HOME=tmp, ROOST_OWNERS=f'["telegram:{OWNER}"]', TELEGRAM_BOT_TOKEN=TOKEN,
-                   ROOST_TELEGRAM__BASE_URL=tg.base_url, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=llm.base_url)
-        started = time.monotonic()
-        process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        first = await _one_start(tg, llm, tmp)
+        return first, [await _one_start(tg, llm, tmp) for _ in range(restarts)]
+
+
+async def _one_start(tg: FakeTelegram, llm: FakeAnthropic, home: str) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_"))}
+    env.update(ROOST_HOME=home, ROOST_OWNERS=f'["telegram:{OWNER}"]', TELEGRAM_BOT_TOKEN=TOKEN,
+               ROOST_TELEGRAM__BASE_URL=tg.base_url, ANTHROPIC_API_KEY="k", ANTHROPIC_BASE_URL=llm.base_url)
+    started = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await tg.await_for(lambda: tg.is_polling, timeout=30)
+        return time.monotonic() - started
+    finally:
+        stopping = time.monotonic()
+        process.send_signal(signal.SIGTERM)
         try:
-            await tg.await_for(lambda: tg.is_polling, timeout=30)
-            return time.monotonic() - started
-        finally:
-            stopping = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(60)
-                print(f"  (`roost run` exited {time.monotonic() - stopping:.1f} s after SIGTERM)")
-            except subprocess.TimeoutExpired:
-                print("  (`roost run` did not exit within 60 s of SIGTERM: killed)")
-                process.kill()
-                process.wait()
+            await asyncio.to_thread(process.wait, 60)
+            print(f"  (`roost run` exited {time.monotonic() - stopping:.1f} s after SIGTERM)")
+        except subprocess.TimeoutExpired:
+            print("  (`roost run` did not exit within 60 s of SIGTERM: killed)")
+            process.kill()
+            process.wait()
+        await tg.await_for(lambda: not tg.is_polling, timeout=30)
 
 
 # -- update → first Bot API call --------------------------------------------------------
@@ -386,7 +396,19 @@ async def streamed_answer(inject_429: bool) -> None:
               f"{[m.text for m in tg.bot_messages(OWNER)] == expected}, messages: {len(tg.bot_messages(OWNER))}")
 
 
+async def startup_figures() -> None:
+    with FakeTelegram(token=TOKEN) as tg, FakeAnthropic() as llm:
+        cold, restarts = await startup_process(tg, llm)
+    print("`roost run` → first getUpdates")
+    print(f"  first start (migrates in a child): {cold:.2f} s")
+    print(f"  restart at head (no child):        median {statistics.median(restarts):.2f} s over {len(restarts)}"
+          f" (target ≤ 1.5 s)")
+
+
 async def main(pings: int, rounds: int, only: str | None) -> None:
+    if only == "startup":
+        await startup_figures()
+        return
     if only == "first-reply":
         await first_reply(min(pings, 20))
         print("one streamed 3,000-character answer (3 s of streaming, real anthropic SDK)")
@@ -394,11 +416,13 @@ async def main(pings: int, rounds: int, only: str | None) -> None:
         return
     with FakeTelegram(token=TOKEN) as tg, FakeAnthropic() as llm:
         in_process = await startup_in_process(tg)
-        cold = await startup_process(tg, llm)
+        cold, restarts = await startup_process(tg, llm)
     print("start-up → first getUpdates")
     print(f"  TelegramAdapter.start (in process):  median {statistics.median(in_process) * 1000:.0f} ms,"
           f" max {max(in_process) * 1000:.0f} ms over {len(in_process)} starts")
-    print(f"  `roost run`, cold process:            {cold:.2f} s")
+    print(f"  `roost run`, first start (migrates in a child): {cold:.2f} s")
+    print(f"  `roost run`, restart at head (no child):        median {statistics.median(restarts):.2f} s"
+          f" over {len(restarts)} (target ≤ 1.5 s)")
 
     print("update created at the fake → first Bot API request (typing) / → the answer's sendMessage")
     for who, context in (("adapter alone (instant handler)", adapter_alone), ("whole app (zero-latency model)", running)):
@@ -426,6 +450,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--pings", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--only", choices=["first-reply"])
+    parser.add_argument("--only", choices=["first-reply", "startup"])
     args = parser.parse_args()
     asyncio.run(main(args.pings, args.rounds, args.only))
