@@ -13,7 +13,8 @@ drops queued sends, and closes the HTTP clients; it is idempotent.
 
 Outgoing traffic: one `Outbox` per adapter paces every chat (≥ 1.0 s between requests in a
 private chat as Telegram sees them, 3 s in groups: 20 a minute) and pauses on
-`retry_after`; PTB's `AIORateLimiter` (no retries) keeps the global 30 requests/s. Long polling has its own HTTP pool so it never starves sends.
+`retry_after`; PTB's `AIORateLimiter` (no retries) keeps the global 30 requests/s, chat
+actions excepted (`limiter.py`: the typing indicator never takes a message's slot). Long polling has its own HTTP pool so it never starves sends.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 from telegram import BotCommand, Update
 from telegram.error import TelegramError
-from telegram.ext import AIORateLimiter, ExtBot, Updater
+from telegram.ext import ExtBot, Updater
 from telegram.request import BaseRequest, HTTPXRequest
 
 from adapters.base import Button, Delivery, InboundHandler
@@ -45,6 +46,7 @@ from adapters.telegram.callback_data import CallbackCodec
 from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
 from adapters.telegram.intake import Intake
+from adapters.telegram.limiter import RateLimiter
 from adapters.telegram.reply import ReplyContext, TelegramReply, transport_for
 from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, call
 from adapters.telegram.updates import BotIdentity, describe, to_inbound
@@ -175,7 +177,7 @@ class TelegramAdapter(StartsOnce):
             base_file_url=file_url_for(self._base_url),
             request=self._request or HTTPXRequest(connection_pool_size=128, pool_timeout=30.0, httpx_kwargs=tls),
             get_updates_request=self._get_updates_request or HTTPXRequest(httpx_kwargs=tls),
-            rate_limiter=AIORateLimiter() if self._rate_limit else None,
+            rate_limiter=RateLimiter() if self._rate_limit else None,
         )
         self._bot = bot
         await bot.initialize()  # getMe
