@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from agent_core.approvals import Decision, ResolveResult
 from agent_core.events import Event
@@ -105,6 +105,16 @@ class InboundHandler(Protocol):
 
     async def note_approval_card(self, approval_id: str, chat_ref: str) -> None:
         """Remember where an approval's card is, so a restart can close it."""
+        ...
+
+
+@runtime_checkable
+class SendsNotices(Protocol):
+    """An adapter that can send a best-effort notice (optional; `send_text` otherwise)."""
+
+    async def send_notice(self, target: ReplyTarget, text: str) -> str | None:
+        """Like `send_text`, but the notice never takes a slot another message of the chat
+        needs: it is dropped unsent (None) if, when its turn comes, another message waits."""
         ...
 
 

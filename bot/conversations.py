@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from adapters.base import Adapter, Button, ButtonAnswer, Delivery, Taken
+from adapters.base import Adapter, Button, ButtonAnswer, Delivery, SendsNotices, Taken
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
@@ -372,7 +372,9 @@ class Conversations:
             return False
         notice = queue_modes.BUSY_NOTICE[self.lanes.mode_of(pending.route.session_key)]
         if waiting == 1 and acknowledge and notice:
-            await self._notify(inbound, notice)
+            # Best-effort: in a burst the answer itself is the acknowledgement, and a notice
+            # taking its slot of the chat's pace would make every answer wait twice as long.
+            await self._notify(inbound, notice, best_effort=True)
         return True
 
     async def _run_batch(self, key: str, items: list[Pending]) -> None:
@@ -495,12 +497,15 @@ class Conversations:
             blocks.append({"type": "text", "text": text})
         return blocks
 
-    async def _notify(self, inbound: Inbound, text: str) -> None:
+    async def _notify(self, inbound: Inbound, text: str, *, best_effort: bool = False) -> None:
         adapter = self.adapters.get(inbound.platform)
         if adapter is None:
             return
         try:
-            await adapter.send_text(ReplyTarget.of(inbound), text)
+            if best_effort and isinstance(adapter, SendsNotices):
+                await adapter.send_notice(ReplyTarget.of(inbound), text)
+            else:
+                await adapter.send_text(ReplyTarget.of(inbound), text)
         except Exception:
             log.exception("notice.failed", extra={"platform": inbound.platform})
 

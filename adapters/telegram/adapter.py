@@ -36,7 +36,7 @@ from telegram.request import BaseRequest, HTTPXRequest
 
 from adapters.base import Button, Delivery, InboundHandler
 from adapters.lifecycle import StartsOnce
-from adapters.errors import DeliveryError, MessageGone
+from adapters.errors import DeliveryError, MessageGone, Superseded
 from adapters.outbox import Clock, Outbox, Priority, Sleep
 from adapters.pacing import through_outbox
 from adapters.render.split import split_entities
@@ -309,6 +309,26 @@ class TelegramAdapter(StartsOnce):
                 ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s, pace=transport.pace,
             )
         return message_id
+
+    async def send_notice(self, target: ReplyTarget, text: str) -> str | None:
+        """A short notice ("⏳ Got it") that never delays another message of the chat:
+        dropped unsent (None) if one waits when its turn comes (`adapters.base.SendsNotices`)."""
+        ctx = self._running()
+        transport = transport_for(ctx, target, quote=True)
+        chunk = text[: index_for_units(text, TELEGRAM_LIMIT_UNITS)]
+        try:
+            message = await through_outbox(
+                ctx.outbox,
+                transport.chat_key,
+                lambda: transport.send_message(chunk),
+                interval=transport.min_edit_interval_s,
+                pace=transport.pace,
+                best_effort=True,
+            )
+        except Superseded:
+            log.info("telegram.notice_superseded chat=%s", target.chat_id)
+            return None
+        return str(message.message_id)
 
     async def close_expired_card(self, record: ApprovalRecord) -> None:
         """Edit a card left live by a previous process to its final state, without buttons."""
