@@ -17,6 +17,8 @@ Prints:
 - first reply in a busy private chat: an instant answer to a message sent 0.5 s after the
   chat's previous answer, update → sendMessage p50 / p99 (target p50 ≤ 60 ms: the per-chat
   token bucket lets the first send of a new reply go at once);
+- a burst: a user writing ~1.8 messages/s without waiting for answers, update → sendMessage
+  p50 (paced by the chat's limit alone: no typing action or notice takes an answer's slot);
 - one streamed 3,000-character answer (the real anthropic SDK against the fake Messages
   API, 3 s of streaming): Bot API calls, first visible text (target ≤ 0.3 s after 30
   characters exist), edit spacing; then the same under three injected 429s with
@@ -344,6 +346,39 @@ async def first_reply(pings: int) -> None:
               f"  (held to Telegram's sustained 1/s per chat)")
 
 
+async def burst(tg: FakeTelegram, messages: int, gap_s: float) -> list[float]:
+    """A user writing faster than the chat's pace (one message every `gap_s`, without waiting
+    for answers): update → its answer's sendMessage. The pace decides; nothing else (a typing
+    action, a "⏳ Got it" notice) may take an answer's slot."""
+    def answers() -> list[Call]:
+        return [c for c in tg.calls if c.method == "sendMessage" and c.params.get("chat_id") == OWNER
+                and c.ok and str(c.params.get("text", "")).startswith(ANSWER)]
+
+    before = len(answers())
+    sent = []
+    for i in range(messages):
+        created = time.monotonic()
+        tg.send_private(OWNER, f"burst {i}")
+        sent.append((OWNER, created))
+        await asyncio.sleep(gap_s)  # timing-ok: the offered load
+    await tg.await_for(lambda: len(answers()) >= before + messages, timeout=120)
+    return [a.at - created for a, (_, created) in zip(answers()[before:], sent, strict=True)]
+
+
+async def burst_figures(messages: int = 20, gap_s: float = 0.55) -> None:
+    print(f"a burst in a private chat: {messages} messages, one every {gap_s:.2f} s (~{1 / gap_s:.1f}/s),"
+          " update → its answer's sendMessage")
+    with FakeTelegram(token=TOKEN) as tg:
+        tg.add_chat(OWNER, type="private")
+        async with running(tg):
+            answered = Answered(tg)
+            await idle_chat(tg, answered, 2, 0.5, 2.5)  # warm-up, then the chat rests
+            times = await burst(tg, messages, gap_s)
+            notices = sum(1 for m in tg.bot_messages(OWNER) if (m.text or "").startswith("⏳"))
+    print(f"  whole app (zero-latency model)     p50 {statistics.median(times) * 1000:6.0f} ms / max {max(times):.2f} s"
+          f"  (paced to 1 per {1.05:.2f} s after a burst of 3; busy notices sent: {notices})")
+
+
 def report(label: str, latencies: Latencies) -> None:
     first, answer = latencies
     print(f"    {label:<34} first call p50 {statistics.median(first) * 1000:6.1f} / p99 {pct(first, 0.99) * 1000:6.1f} ms;"
@@ -411,6 +446,7 @@ async def main(pings: int, rounds: int, only: str | None) -> None:
         return
     if only == "first-reply":
         await first_reply(min(pings, 20))
+        await burst_figures()
         print("one streamed 3,000-character answer (3 s of streaming, real anthropic SDK)")
         await streamed_answer(inject_429=False)
         return
@@ -440,6 +476,7 @@ async def main(pings: int, rounds: int, only: str | None) -> None:
     print(f"  resident memory after the runs: {psutil.Process().memory_info().rss / 2**20:.0f} MB")
 
     await first_reply(min(pings, 20))
+    await burst_figures()
 
     print("one streamed 3,000-character answer (3 s of streaming, real anthropic SDK)")
     await streamed_answer(inject_429=False)
