@@ -7,14 +7,15 @@ the first poll), then long-polls — or, in webhook mode, registers `webhook_url
 setWebhook and serves its path on `webhook_listen`, checking the secret on every request
 (a wrong or missing secret gets 403 and nothing is processed; webhook mode refuses to
 start without a secret). An update is confirmed to Telegram (the next getUpdates offset, the
-webhook's 200) only after its message is stored in the inbox (`intake.py`). If start fails, everything
-started so far is closed. `aclose` stops intake, lets updates in progress finish briefly,
-drops queued sends, and closes the HTTP clients; it is idempotent.
+webhook's 200) only after its message is stored in the inbox (`intake.py`). If start fails,
+everything started so far is closed. `aclose` stops intake, lets updates in progress finish
+briefly, drops queued sends, and closes the HTTP clients; it is idempotent.
 
 Outgoing traffic: one `Outbox` per adapter paces every chat (≥ 1.0 s between requests in a
 private chat as Telegram sees them, 3 s in groups: 20 a minute) and pauses on
 `retry_after`; PTB's `AIORateLimiter` (no retries) keeps the global 30 requests/s, chat
-actions excepted (`limiter.py`: the typing indicator never takes a message's slot). Long polling has its own HTTP pool so it never starves sends.
+actions excepted (`limiter.py`: the typing indicator never takes a message's slot). Long
+polling has its own HTTP pool so it never starves sends.
 """
 
 from __future__ import annotations
