@@ -89,6 +89,10 @@ psql_admin -c "DO \$\$ BEGIN
     ALTER ROLE $ROLE LOGIN CREATEDB PASSWORD '$PASSWORD';
   END IF;
 END \$\$;" >&2 || die "could not create role $ROLE"
+# The tests drop each database WITH (FORCE); an autovacuum worker connected to it can only be
+# ended by a member of pg_signal_backend (else: "must be a member of the role whose process is
+# being terminated or member of pg_signal_backend").
+psql_admin -c "GRANT pg_signal_backend TO $ROLE;" >&2 || die "could not grant pg_signal_backend to $ROLE"
 if [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'")" != "1" ]; then
   as_postgres createdb -p "$PORT" -O "$ROLE" "$DATABASE" >&2 || die "could not create database $DATABASE"
 fi

@@ -50,6 +50,15 @@ class Delivery:
     state: Literal["streaming", "final", "failed"]
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A message the handler has stored durably (its inbox row is committed) and will route
+    when `InboundHandler.handle` is called with it."""
+
+    inbound: Inbound
+    inbox_id: int
+
+
 class ReplySink(Protocol):
     """Renders one run's events into one chat. `handle` is called in event order;
     `aclose` is always called, also after cancellation, and must leave the chat in a final
@@ -97,6 +106,17 @@ class InboundHandler(Protocol):
         True when a run will answer it (False: a command, a notice, ignored, or buffered)."""
         ...
 
+    async def take(self, inbound: Inbound) -> Taken | None:
+        """`receive`'s first half: store the message; returns once its inbox row is
+        committed (None: the update was taken before, nothing to do). An adapter confirms
+        the update to its platform only after this returns: a crash after the confirmation
+        finds the message in the inbox, a crash before it gets the update again."""
+        ...
+
+    async def handle(self, taken: Taken) -> bool:
+        """`receive`'s second half: route a taken message (same result as `receive`)."""
+        ...
+
     async def decide(self, approval_id: str, decision: Decision, identity: str) -> ResolveResult:
         """A person pressed an approval button (or answered the terminal prompt)."""
         ...
@@ -115,6 +135,16 @@ class InboundHandler(Protocol):
 
     async def note_approval_card(self, approval_id: str, chat_ref: str) -> None:
         """Remember where an approval's card is, so a restart can close it."""
+        ...
+
+
+@runtime_checkable
+class SendsNotices(Protocol):
+    """An adapter that can send a best-effort notice (optional; `send_text` otherwise)."""
+
+    async def send_notice(self, target: ReplyTarget, text: str) -> str | None:
+        """Like `send_text`, but the notice never takes a slot another message of the chat
+        needs: it is dropped unsent (None) if, when its turn comes, another message waits."""
         ...
 
 

@@ -5,6 +5,8 @@
      ├── FormattingRejected       the platform could not parse the entities: resend as plain text
      ├── MessageTooLong           the text exceeds the platform limit
      ├── MessageGone              the edit/delete target no longer exists (deleted by a user)
+     ├── Superseded               a best-effort message was dropped: it would have delayed
+     │                            another message of its chat (never sent)
      └── DeliveryUnknown          the request was written but its answer was lost (read
           │                       timeout, connection reset): it MAY have taken effect
           └── DeliveryUndecidable  an earlier attempt may have taken effect and there is no
@@ -44,6 +46,11 @@ class MessageTooLong(DeliveryError):
 
 class MessageGone(DeliveryError):
     """The message to edit or delete does not exist any more."""
+
+
+class Superseded(DeliveryError):
+    """A best-effort message (a "⏳ Got it" notice) was dropped unsent: when its turn came,
+    another message of the same chat was waiting, and it would have taken that one's slot."""
 
 
 class DeliveryUnknown(DeliveryError):

@@ -16,6 +16,9 @@ text: intermediate states are skipped for free. Rules:
   `interval` (the sustained rate), and at most `per_minute` in any 60 s if set; per key
   (one message), requests stay `interval` apart whatever the bucket holds. An op that made
   a request takes a token when it started;
+- a best-effort op (`best_effort=True`, e.g. a "⏳ Got it" notice) never takes a slot
+  another message needs: if, when its turn comes, its chat has a send waiting that is not
+  best-effort, it is dropped unsent (`on_drop` runs) and that send goes instead;
 - `RateLimited(retry_after)` pauses the whole outbox (the platform's flood control is per
   bot) and requeues the op, which then runs with the latest state: never a duplicate.
   Requests already in flight in other chats finish; no new one starts until the pause ends.
@@ -100,6 +103,7 @@ class _Op:
     seq: int
     on_drop: Callable[[], None] | None
     paced: bool = True
+    best_effort: bool = False
 
 
 class Outbox:
@@ -190,6 +194,7 @@ class Outbox:
         pace: Pace | None = None,
         on_drop: Callable[[], None] | None = None,
         paced: bool = True,
+        best_effort: bool = False,
     ) -> None:
         """Queue `action` under `key`. If `key` is already pending, the newer action and the
         higher priority win and the op keeps its place. If `key` is in flight, the new op
@@ -197,7 +202,8 @@ class Outbox:
         with no burst) should be the same for every op of a chat. `paced=False` declares
         that the action will make no request (e.g. it only records that a message already
         shows its final text): it runs as soon as its chat is free. `on_drop` runs if the
-        outbox closes before the op ran or while it was running."""
+        outbox closes before the op ran or while it was running, and when a `best_effort`
+        op is dropped (see the module docstring)."""
         self._ensure_worker()
         pace = pace if pace is not None else Pace(interval)
         existing = self._pending.get(key)
@@ -207,8 +213,9 @@ class Outbox:
             existing.pace = pace
             existing.on_drop = on_drop
             existing.paced = paced
+            existing.best_effort = best_effort
         else:
-            self._pending[key] = _Op(chat, key, priority, action, pace, next(self._seq), on_drop, paced)
+            self._pending[key] = _Op(chat, key, priority, action, pace, next(self._seq), on_drop, paced, best_effort)
         self._idle.clear()
         self._wakeup.set()
 
@@ -266,7 +273,19 @@ class Outbox:
             current = best.get(op.chat)
             if current is None or self._before(op, current):
                 best[op.chat] = op
+        for chat, op in list(best.items()):
+            if op.best_effort and self._send_waits(chat, op):
+                del self._pending[op.key]  # its turn would delay that send: dropped unsent
+                self._notify_drop(op)
+                del best[chat]  # the chat's next op is picked on the next round
         return min(best.values(), key=lambda op: (op.priority, op.seq)) if best else None
+
+    def _send_waits(self, chat: Hashable, besides: _Op) -> bool:
+        """Whether `chat` has a send pending that is not best-effort (other than `besides`)."""
+        return any(
+            op.chat == chat and op is not besides and op.priority == Priority.SEND and not op.best_effort
+            for op in self._pending.values()
+        )
 
     def _before(self, op: _Op, other: _Op) -> bool:
         """Within one chat: priority order, but after a send an edit or delete goes first."""

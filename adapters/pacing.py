@@ -6,7 +6,9 @@ shared `Outbox`, so they obey the same per-chat pace and `retry_after` pause as 
 not taken effect, so retrying cannot duplicate it). If the outbox closes first, it raises
 `DeliveryError`. Cancelling the caller withdraws a request not yet started. Nothing else is
 retried here: a `DeliveryUnknown` (the answer was lost; the message may exist) goes to the
-caller as is, so a one-off notice is never posted twice.
+caller as is, so a one-off notice is never posted twice. A `best_effort` request (a
+"⏳ Got it" notice) raises `Superseded` when the outbox drops it unsent, its turn being
+wanted by another message of the chat.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import itertools
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
-from adapters.errors import DeliveryError, RateLimited
+from adapters.errors import DeliveryError, RateLimited, Superseded
 from adapters.outbox import Outbox, Pace, Priority
 
 T = TypeVar("T")
@@ -31,6 +33,7 @@ async def through_outbox(
     interval: float,
     priority: Priority = Priority.SEND,
     pace: Pace | None = None,
+    best_effort: bool = False,
 ) -> T:
     """Run `request` in the outbox worker when `chat` may be sent to; see the module docstring."""
     if outbox.closed:
@@ -55,9 +58,15 @@ async def through_outbox(
 
     def dropped() -> None:
         if not done.done():
-            done.set_exception(DeliveryError("the adapter closed before sending"))
+            done.set_exception(
+                DeliveryError("the adapter closed before sending")
+                if outbox.closed
+                else Superseded("dropped: another message of the chat was waiting")
+            )
 
-    outbox.submit(chat, key, action, priority=priority, interval=interval, pace=pace, on_drop=dropped)
+    outbox.submit(
+        chat, key, action, priority=priority, interval=interval, pace=pace, on_drop=dropped, best_effort=best_effort
+    )
     try:
         return await done
     except asyncio.CancelledError:

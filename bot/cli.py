@@ -120,16 +120,24 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     if not adapters:
         print(NO_PLATFORM, file=sys.stderr)
         return EXIT_CONFIG
-    from bot.startup_migration import MigrationFailed, migrate_in_child, needs_upgrade
+    from bot.startup_migration import MigrationChild, MigrationFailed, needs_upgrade
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
+    child = None
     if await needs_upgrade(settings.db_url):  # Alembic stays out of the serving process (~10 MB)
+        child = await MigrationChild.start(args.log_level)
+    try:
+        from bot.app import build  # imported while the child migrates
+    except BaseException:
+        if child is not None:
+            await child.stop()
+        raise
+    if child is not None:
         try:
-            await migrate_in_child(args.log_level)
+            await child.wait()
         except MigrationFailed as exc:
             print(f"roost: the database could not be migrated: {exc}", file=sys.stderr)
             return 1
-    from bot.app import build
 
     async with build(settings, adapters) as app:
         stop = asyncio.Event()

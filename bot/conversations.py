@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from adapters.base import Adapter, Button, ButtonAnswer, Delivery
+from adapters.base import Adapter, Button, ButtonAnswer, Delivery, SendsNotices, Taken
 from adapters.catch_up import ChannelCursors
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
@@ -159,15 +159,24 @@ class Conversations:
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
         """Store, then route, then acknowledge. True when the message waits for a run."""
+        taken = await self.take(inbound)
+        return False if taken is None else await self.handle(taken)
+
+    async def take(self, inbound: Inbound) -> Taken | None:
+        """Store durably; None for a duplicate (see `adapters.base.InboundHandler.take`)."""
         inbound = cleaned(inbound)
         # Durable first: the update is marked seen in the transaction that stores the
         # message, so nothing marked seen can be lost by a crash (see bot.storage.inbox).
         inbox_id = await self.storage.receive_inbound(InboxMessage.of(inbound))
         if inbox_id is None:
             log.info("inbound.duplicate", extra={"platform": inbound.platform, "update": inbound.update_id})
-            return False
+            return None
+        return Taken(inbound, inbox_id)
+
+    async def handle(self, taken: Taken) -> bool:
+        """Route a taken message; True when it waits for a run."""
         await self._replayed.wait()  # at start-up, what the last process left goes first
-        return await self._handle(inbound, inbox_id)
+        return await self._handle(taken.inbound, taken.inbox_id)
 
     async def _handle(self, inbound: Inbound, inbox_id: int) -> bool:
         """Route a stored message; its inbox row stays only while it waits for a run."""
@@ -380,7 +389,9 @@ class Conversations:
         mode = self.lanes.mode_of(key)
         notice = queue_modes.BUSY_NOTICE["collect" if held and mode == "interrupt" else mode]
         if waiting == 1 and acknowledge and notice:
-            await self._notify(inbound, notice)
+            # Best-effort: in a burst the answer itself is the acknowledgement, and a notice
+            # taking its slot of the chat's pace would make every answer wait twice as long.
+            await self._notify(inbound, notice, best_effort=True)
         return True
 
     async def _run_batch(self, key: str, items: list[Pending]) -> None:
@@ -499,12 +510,15 @@ class Conversations:
         blocks.extend(queue_modes.content_block(item, scope) for item in items)
         return blocks
 
-    async def _notify(self, inbound: Inbound, text: str) -> None:
+    async def _notify(self, inbound: Inbound, text: str, *, best_effort: bool = False) -> None:
         adapter = self.adapters.get(inbound.platform)
         if adapter is None:
             return
         try:
-            await adapter.send_text(ReplyTarget.of(inbound), text)
+            if best_effort and isinstance(adapter, SendsNotices):
+                await adapter.send_notice(ReplyTarget.of(inbound), text)
+            else:
+                await adapter.send_text(ReplyTarget.of(inbound), text)
         except Exception:
             log.exception("notice.failed", extra={"platform": inbound.platform})
 

@@ -4,9 +4,13 @@ fake Messages API)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING
+
+import pytest
 
 from agent_core.ports import AuditEntry
 from bot.logs import RedactSecrets
@@ -81,9 +85,28 @@ async def test_audit_query_filters_by_session_and_time_and_keeps_the_newest(
     assert [r.subject for r in recent] == ["n25", "n26", "n27", "n28", "n29"]
 
 
-async def test_a_failed_audit_write_never_raises(storage: Storage) -> None:
+async def test_a_failed_audit_write_never_raises_and_is_logged(storage: Storage, caplog: pytest.LogCaptureFixture) -> None:
+    """`Storage.audit`'s promise: a failed write never raises and is logged (with its kind);
+    a cancellation still propagates."""
     await storage.aclose()
-    await storage.audit(AuditEntry(kind="access", actor="telegram:1"))  # logged, not raised
+    with caplog.at_level(logging.ERROR, logger="bot.storage.audit"):
+        await storage.audit(AuditEntry(kind="access", actor="telegram:1"))  # the database is gone
+    (record,) = [r for r in caplog.records if r.getMessage() == "audit.write_failed"]
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    assert getattr(record, "kind", None) == "access"
+
+
+async def test_a_cancelled_audit_write_is_cancelled_not_swallowed(storage: Storage) -> None:
+    serial = storage._serial  # noqa: SLF001  (held, so the write waits where a cancel can reach it)
+    if serial is None:
+        pytest.skip("PostgreSQL transactions do not queue on a lock")
+    async with serial:
+        write = asyncio.create_task(storage.audit(AuditEntry(kind="access", actor="telegram:1")))
+        await asyncio.sleep(0)  # timing-ok: one loop turn, so the write reaches the lock
+        write.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+    assert await storage.audit_entries(limit=None) == []
 
 
 # --- through the real app ----------------------------------------------------------------

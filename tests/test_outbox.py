@@ -412,3 +412,36 @@ async def test_a_flood_of_sends_does_not_starve_a_live_replys_edits(clock: FakeC
     assert max(gaps) <= 2 * 1.05 + 1e-9, gaps
     assert len([label for _, label, _ in rec.runs if label.startswith("notice")]) == 20
     assert [s for _, label, s in rec.runs if label == "reply"][-1] == 60  # the newest text
+
+
+async def test_a_best_effort_notice_never_takes_the_slot_of_an_answer_waiting_behind_it(clock: FakeClock) -> None:
+    """A burst in a paced chat: answer 1 goes, notice 2 waits for the next slot, and answer 2
+    arrives meanwhile: the slot is the answer's, the notice is dropped unsent (and told)."""
+    rec = Recorder(clock)
+    dropped: list[str] = []
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        ob.submit("c", "answer1", rec.action("answer1"), priority=Priority.SEND)
+        await clock.settle()
+        ob.submit("c", "notice2", rec.action("notice2"), priority=Priority.SEND, best_effort=True,
+                  on_drop=lambda: dropped.append("notice2"))
+        await clock.advance(0.3)
+        ob.submit("c", "answer2", rec.action("answer2"), priority=Priority.SEND)
+        await clock.run(ob.drain())
+    assert [(t, label) for t, label, _ in rec.runs] == [(0.0, "answer1"), (1.0, "answer2")]
+    assert dropped == ["notice2"]
+
+
+async def test_a_best_effort_notice_goes_when_no_message_waits_at_its_turn(clock: FakeClock) -> None:
+    """A slow answer: nothing else of the chat waits when the notice's turn comes, so it is
+    sent (it is what tells the user their message was taken)."""
+    rec = Recorder(clock)
+    dropped: list[str] = []
+    async with Outbox(clock=clock, sleep=clock.sleep) as ob:
+        ob.submit("c", "answer1", rec.action("answer1"), priority=Priority.SEND)
+        await clock.settle()
+        ob.submit("c", "notice2", rec.action("notice2"), priority=Priority.SEND, best_effort=True,
+                  on_drop=lambda: dropped.append("notice2"))
+        ob.submit("c", "edit1", rec.action("edit1"), priority=Priority.EDIT)  # the answer streams on
+        await clock.run(ob.drain())
+    assert [label for _, label, _ in rec.runs] == ["answer1", "notice2", "edit1"]
+    assert dropped == []

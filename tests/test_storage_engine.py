@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from sqlalchemy import event
 
 from bot.storage import Storage, StorageClosed, create_engine
 
@@ -72,3 +75,33 @@ async def test_open_failure_is_clean() -> None:
     # Nothing listens on port 1: the error propagates and no pool is left behind.
     with pytest.raises(OSError):
         await Storage.open("postgresql+asyncpg://u:p@127.0.0.1:1/none")
+
+
+async def test_a_query_cancelled_mid_flight_leaves_the_database_unlocked_after_close(tmp_path: Path) -> None:
+    """The cause of a "database is locked" on the next open (`test_workers.py`, once under
+    load): a task cancelled while its query ran (the scheduler's, at shutdown) made
+    SQLAlchemy close that connection with the cursor still referenced, and Python 3.11's
+    close kept the transaction — and the write lock of its BEGIN IMMEDIATE — alive until
+    the garbage collector found the cursor."""
+    path = tmp_path / "roost.db"
+    storage = await Storage.open(f"sqlite+aiosqlite:///{path}")
+    query = asyncio.current_task()
+
+    def cancel_mid_flight(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if "jobs" in statement:  # the query goes to aiosqlite's thread; the await is cancelled
+            assert query is not None
+            query.cancel()
+
+    event.listen(storage.engine.sync_engine, "before_cursor_execute", cancel_mid_flight)
+    with pytest.raises(asyncio.CancelledError) as cancelled:  # keeps the traceback, and the cursor
+        await storage.next_due_at()
+    query.uncancel()  # type: ignore[union-attr]
+    await storage.aclose()
+
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # a restart's first write, with no time to wait
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert cancelled.value is not None

@@ -6,13 +6,16 @@ mention), registers the commands with setMyCommands (in the background: it must 
 the first poll), then long-polls — or, in webhook mode, registers `webhook_url` with
 setWebhook and serves its path on `webhook_listen`, checking the secret on every request
 (a wrong or missing secret gets 403 and nothing is processed; webhook mode refuses to
-start without a secret). If start fails, everything
-started so far is closed. `aclose` stops intake, lets updates in progress finish briefly,
-drops queued sends, and closes the HTTP clients; it is idempotent.
+start without a secret). An update is confirmed to Telegram (the next getUpdates offset, the
+webhook's 200) only after its message is stored in the inbox (`intake.py`). If start fails,
+everything started so far is closed. `aclose` stops intake, lets updates in progress finish
+briefly, drops queued sends, and closes the HTTP clients; it is idempotent.
 
 Outgoing traffic: one `Outbox` per adapter paces every chat (≥ 1.0 s between requests in a
 private chat as Telegram sees them, 3 s in groups: 20 a minute) and pauses on
-`retry_after`; PTB's `AIORateLimiter` (no retries) keeps the global 30 requests/s. Long polling has its own HTTP pool so it never starves sends.
+`retry_after`; PTB's `AIORateLimiter` (no retries) keeps the global 30 requests/s, chat
+actions excepted (`limiter.py`: the typing indicator never takes a message's slot). Long
+polling has its own HTTP pool so it never starves sends.
 """
 
 from __future__ import annotations
@@ -22,18 +25,19 @@ import logging
 import re
 import time
 from collections.abc import Coroutine, Mapping, Sequence
+from functools import partial
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
 from telegram import BotCommand, Update
 from telegram.error import TelegramError
-from telegram.ext import AIORateLimiter, ExtBot, Updater
+from telegram.ext import ExtBot, Updater
 from telegram.request import BaseRequest, HTTPXRequest
 
 from adapters.base import Button, Delivery, InboundHandler
 from adapters.lifecycle import StartsOnce
-from adapters.errors import DeliveryError, MessageGone
+from adapters.errors import DeliveryError, MessageGone, Superseded
 from adapters.outbox import Clock, Outbox, Priority, Sleep
 from adapters.pacing import through_outbox
 from adapters.render.split import split_entities
@@ -42,6 +46,8 @@ from adapters.telegram.approval_cards import ApprovalCards, parse_card_ref, reco
 from adapters.telegram.callback_data import CallbackCodec
 from adapters.telegram.callbacks import CallbackHandler
 from adapters.telegram.dispatch import ChatDispatcher
+from adapters.telegram.intake import Intake
+from adapters.telegram.limiter import RateLimiter
 from adapters.telegram.once import OnceSends
 from adapters.telegram.reply import ReplyContext, TelegramReply, transport_for
 from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, call
@@ -148,7 +154,6 @@ class TelegramAdapter(StartsOnce):
         self._updater: Updater | None = None
         self._outbox: Outbox | None = None
         self._dispatcher: ChatDispatcher | None = None
-        self._consumer: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx: ReplyContext | None = None
         self._callbacks: CallbackHandler | None = None
@@ -175,7 +180,7 @@ class TelegramAdapter(StartsOnce):
             base_file_url=file_url_for(self._base_url),
             request=self._request or HTTPXRequest(connection_pool_size=128, pool_timeout=30.0, httpx_kwargs=tls),
             get_updates_request=self._get_updates_request or HTTPXRequest(httpx_kwargs=tls),
-            rate_limiter=AIORateLimiter() if self._rate_limit else None,
+            rate_limiter=RateLimiter() if self._rate_limit else None,
         )
         self._bot = bot
         await bot.initialize()  # getMe
@@ -188,11 +193,10 @@ class TelegramAdapter(StartsOnce):
             bot, self._outbox, cards, handler, self._clock, self._sleep, *self._intervals
         )
         self._callbacks = CallbackHandler(self._ctx, self._codec)
-        self._dispatcher = ChatDispatcher(self._process, max_concurrent=self._max_concurrent)
-        queue: asyncio.Queue[object] = asyncio.Queue()
-        self._updater = Updater(bot, queue)
+        self._dispatcher = ChatDispatcher(max_concurrent=self._max_concurrent)
+        # PTB confirms an update when `put` returns: only once it is stored (see intake.py).
+        self._updater = Updater(bot, Intake(self._take))
         await self._updater.initialize()
-        self._consumer = asyncio.get_running_loop().create_task(self._consume(queue), name="tg-updates")
         if self._commands:
             self._spawn(self._register_commands())
         if self._mode == "polling":
@@ -220,9 +224,6 @@ class TelegramAdapter(StartsOnce):
         updater = self._updater
         if updater is not None and updater.running:
             await _quietly("updater.stop", updater.stop())
-        if self._consumer is not None:
-            self._consumer.cancel()
-            await asyncio.gather(self._consumer, return_exceptions=True)
         if self._dispatcher is not None:
             await self._dispatcher.aclose()
         for task in list(self._tasks):
@@ -260,25 +261,26 @@ class TelegramAdapter(StartsOnce):
 
     # -- inbound ---------------------------------------------------------------------
 
-    async def _consume(self, queue: asyncio.Queue[object]) -> None:
-        assert self._dispatcher is not None
-        while True:
-            update = await queue.get()
-            if isinstance(update, Update):
-                self._dispatcher.submit(update)
-            else:
-                log.warning("telegram.unexpected_queue_item type=%s", type(update).__name__)
-
-    async def _process(self, update: Update) -> None:
+    async def _take(self, update: object) -> None:
+        """Called by PTB for each update, which it confirms when this returns: a message is
+        stored first (`InboundHandler.take`), then routed by the chat's worker. A button
+        press has no inbox row and is handed on at once (a press lost to a crash leaves
+        its button in place, to be pressed again)."""
         assert self._handler is not None and self._me is not None and self._callbacks is not None
+        assert self._dispatcher is not None
+        if not isinstance(update, Update):
+            log.warning("telegram.unexpected_update type=%s", type(update).__name__)
+            return
         if update.callback_query is not None:
-            await self._callbacks.handle(update.callback_query)
+            self._dispatcher.submit(update, partial(self._callbacks.handle, update.callback_query))
             return
         inbound = to_inbound(update, self._me)
         if inbound is None:
             log.info("telegram.update_ignored %s", describe(update))
             return
-        await self._handler.receive(inbound)
+        taken = await self._handler.take(inbound)
+        if taken is not None:  # None: taken before (a redelivery), answered once already
+            self._dispatcher.submit(update, partial(self._handler.handle, taken))
 
     # -- outbound --------------------------------------------------------------------
 
@@ -330,6 +332,26 @@ class TelegramAdapter(StartsOnce):
         chunks = [(p.text, keyboard if n == len(parts) - 1 else None) for n, p in enumerate(parts)]
         transport = transport_for(ctx, target, quote=False)
         return await self._once.send(ctx.outbox, transport, chunks, key, uncertain=uncertain_for is not None)
+
+    async def send_notice(self, target: ReplyTarget, text: str) -> str | None:
+        """A short notice ("⏳ Got it") that never delays another message of the chat:
+        dropped unsent (None) if one waits when its turn comes (`adapters.base.SendsNotices`)."""
+        ctx = self._running()
+        transport = transport_for(ctx, target, quote=True)
+        chunk = text[: index_for_units(text, TELEGRAM_LIMIT_UNITS)]
+        try:
+            message = await through_outbox(
+                ctx.outbox,
+                transport.chat_key,
+                lambda: transport.send_message(chunk),
+                interval=transport.min_edit_interval_s,
+                pace=transport.pace,
+                best_effort=True,
+            )
+        except Superseded:
+            log.info("telegram.notice_superseded chat=%s", target.chat_id)
+            return None
+        return str(message.message_id)
 
     async def close_expired_card(self, record: ApprovalRecord) -> None:
         """Edit a card left live by a previous process to its final state, without buttons."""

@@ -1,5 +1,5 @@
-"""Updates → the adapter's update processor: in arrival order within a chat, concurrently
-across chats, at most `max_concurrent` at once.
+"""Taken updates → their processing: in arrival order within a chat, concurrently across
+chats, at most `max_concurrent` at once.
 
 Contract: `submit` never blocks and never raises; each chat has at most one worker task,
 which exits when its queue is empty; an exception while processing one update is logged
@@ -20,7 +20,8 @@ from adapters.telegram.updates import describe
 
 log = logging.getLogger(__name__)
 
-Process = Callable[[Update], Awaitable[None]]
+Work = Callable[[], Awaitable[object]]
+"""Processes one update (a stored message's routing, a button press)."""
 
 
 def chat_key(update: Update) -> Hashable:
@@ -31,14 +32,13 @@ def chat_key(update: Update) -> Hashable:
 class ChatDispatcher:
     """See the module docstring."""
 
-    def __init__(self, process: Process, *, max_concurrent: int = 64) -> None:
-        self._process = process
+    def __init__(self, *, max_concurrent: int = 64) -> None:
         self._slots = asyncio.Semaphore(max_concurrent)
-        self._queues: dict[Hashable, deque[Update]] = {}
+        self._queues: dict[Hashable, deque[tuple[Update, Work]]] = {}
         self._workers: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    def submit(self, update: Update) -> None:
+    def submit(self, update: Update, work: Work) -> None:
         if self._closed:
             log.info("telegram.update_after_close %s", describe(update))
             return
@@ -49,15 +49,15 @@ class ChatDispatcher:
             worker = asyncio.get_running_loop().create_task(self._work(key, queue), name=f"tg-chat-{key}")
             self._workers.add(worker)
             worker.add_done_callback(self._workers.discard)
-        queue.append(update)
+        queue.append((update, work))
 
-    async def _work(self, key: Hashable, queue: deque[Update]) -> None:
+    async def _work(self, key: Hashable, queue: deque[tuple[Update, Work]]) -> None:
         try:
             while queue:
-                update = queue.popleft()
+                update, work = queue.popleft()
                 async with self._slots:
                     try:
-                        await self._process(update)
+                        await work()
                     except Exception:  # task boundary: one bad update must not stop the chat
                         log.exception("telegram.update_failed %s", describe(update))
         finally:

@@ -48,6 +48,23 @@ def is_memory_sqlite(url: URL) -> bool:
     return database in ("", ":memory:") or database.startswith("file::memory:")
 
 
+class EndsTransactionOnClose(sqlite3.Connection):
+    """Rolls back an open transaction before closing. Since Python 3.11 `close` leaves the
+    database open while a statement of it is alive (`sqlite3_close_v2`): a query cancelled
+    mid-flight makes SQLAlchemy invalidate and close its connection with the cursor still
+    referenced (from the cancelled task's traceback), and the closed connection kept its
+    BEGIN IMMEDIATE's write lock until the garbage collector found the cursor — the next
+    opener of the database (a restart, `roost init`) got "database is locked"."""
+
+    def close(self) -> None:
+        try:
+            if self.in_transaction:
+                self.rollback()
+        except sqlite3.Error:
+            pass  # closing goes on; SQLite rolls back when the connection really closes
+        super().close()
+
+
 def _sqlite_engine(url: URL, *, echo: bool) -> AsyncEngine:
     kwargs: dict[str, Any] = {}
     memory = is_memory_sqlite(url)
@@ -57,7 +74,7 @@ def _sqlite_engine(url: URL, *, echo: bool) -> AsyncEngine:
     else:
         assert url.database is not None
         Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_async_engine(url, echo=echo, **kwargs)
+    engine = create_async_engine(url, echo=echo, connect_args={"factory": EndsTransactionOnClose}, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:

@@ -3,8 +3,10 @@
 While a webhook is set, every new update is POSTed as JSON to its URL, one at a time in
 order, with ``X-Telegram-Bot-Api-Secret-Token`` when a secret was set. Each POST is
 recorded in ``webhook_responses``; a failed POST is recorded (and shown in
-getWebhookInfo's ``last_error_*``) but not retried. If the webhook is deleted before an
-update is posted, the update goes back to the getUpdates queue.
+getWebhookInfo's ``last_error_*``) and, by default, not retried; after
+``retry_failed_webhooks(after_s)`` it is POSTed again until answered 2xx, later updates
+waiting behind it, as Telegram does. If the webhook is deleted before an update is posted,
+the update goes back to the getUpdates queue.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ class WebhookMixin(InspectMixin):
     _loop: asyncio.AbstractEventLoop | None
     _http: aiohttp.ClientSession | None
     _hook_queue: asyncio.Queue[JSON] | None
+    _hook_retry_s: float | None = None
+
+    def retry_failed_webhooks(self, after_s: float | None) -> None:
+        """POST an update again ``after_s`` after a failed POST (no answer or not 2xx), until
+        it succeeds or the webhook changes, as Telegram does; None: never retry."""
+        with self._cond:
+            self._hook_retry_s = after_s
 
     def _deliver(self, update: JSON, *, forced: bool = False) -> None:
         raise NotImplementedError
@@ -43,7 +52,15 @@ class WebhookMixin(InspectMixin):
                 if not hook.url:  # webhook removed meanwhile: back to getUpdates
                     self._deliver(update)
                     continue
-            await self._post(update, hook.url, hook.secret_token)
+            status = await self._post(update, hook.url, hook.secret_token)
+            while status is None or not 200 <= status < 300:
+                with self._cond:
+                    retry_s = self._hook_retry_s
+                    same = self._world.webhook.url == hook.url
+                if retry_s is None or not same:
+                    break
+                await asyncio.sleep(retry_s)  # timing-ok: Telegram's back-off before a retry
+                status = await self._post(update, hook.url, hook.secret_token)
 
     async def _post(self, update: JSON, url: str, secret: str | None) -> int | None:
         assert self._http is not None
