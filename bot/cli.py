@@ -66,6 +66,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "grants": cli_grants.run,
         "jobs": cli_jobs.run,
         "status": cli_status.run,
+        "dashboard": _dashboard,
     }[args.command]
     try:
         return asyncio.run(handler(settings, args))
@@ -110,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     cli_grants.add_parser(sub)
     cli_jobs.add_parser(sub)
     cli_status.add_parser(sub)
+    dashboard = sub.add_parser("dashboard", help="the local dashboard's login link")
+    dashboard_sub = dashboard.add_subparsers(dest="action", required=True)
+    dashboard_sub.add_parser("url", help="print the login link of the dashboard `roost run` serves")
+    dashboard_sub.add_parser("rotate", help="replace the login link; every browser is logged out")
     return parser
 
 
@@ -120,6 +125,15 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     if not adapters:
         print(NO_PLATFORM, file=sys.stderr)
         return EXIT_CONFIG
+    dashboard_at = settings.dashboard.address
+    if dashboard_at is not None:  # the dashboard's modules load only when it is on
+        from bot.dashboard.server import RemoteRefused, check_address
+
+        try:
+            check_address(*dashboard_at, settings.dashboard.allow_remote)
+        except RemoteRefused as exc:
+            print(f"roost: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     from bot.startup_migration import MigrationFailed, migrate_in_child, needs_upgrade
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
@@ -147,6 +161,14 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             # Closed first (LIFO): runs stop with a visible notice while adapters are open;
             # queued messages stay in the inbox for the next start.
             running.push_async_callback(app.conversations.aclose)
+            dashboard_link = None
+            if dashboard_at is not None:
+                from bot.dashboard.server import start as start_dashboard
+
+                started = await start_dashboard(app, adapters)
+                if started is not None:
+                    served, dashboard_link = started
+                    running.push_async_callback(served.aclose)  # closed before the chats (LIFO)
             app.load_model_client()
             await app.conversations.recover_deliveries()
             await app.conversations.close_expired_cards(app.expired_at_start)
@@ -160,6 +182,8 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 )
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
+            if dashboard_link is not None:
+                print(f"Dashboard: {dashboard_link}", file=sys.stderr)
             await stop.wait()
             # A second Ctrl-C / SIGTERM while shutting down leaves at once: every accepted
             # message is already in the inbox, so a hard exit loses nothing.
@@ -168,6 +192,20 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                     loop.add_signal_handler(sig, _exit_now)
             print("Stopping: running answers end with a notice; queued messages wait for the next start.",
                   file=sys.stderr)
+    return 0
+
+
+async def _dashboard(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.dashboard import login
+
+    address = settings.dashboard.address
+    if args.action == "rotate":
+        login.rotate(settings.home_dir)
+        print("Dashboard login link replaced; every browser logged in before must open the new one.")
+    if address is None:
+        print("The dashboard is off (ROOST_DASHBOARD__LISTEN is empty).", file=sys.stderr)
+        return 1 if args.action == "url" else 0
+    print(login.login_url(*address, login.current(settings.home_dir)))
     return 0
 
 

@@ -250,6 +250,10 @@ class Operations:
             out.append((start.strftime("%Y-%m-%d"), await self.storage.metrics_totals_between(start, until)))
         return out
 
+    async def usage_by_model(self, actor: Actor, since: datetime) -> dict[str, MetricsTotals]:
+        actor.require(Role.OWNER, "see every session's usage")
+        return await self.storage.metrics_by_model(since)
+
     async def sessions(self, actor: Actor, page: int = 0) -> list[SessionSummary]:
         actor.require(Role.OWNER, "browse sessions")
         return await self.storage.session_summaries(limit=PAGE, offset=max(page, 0) * PAGE)

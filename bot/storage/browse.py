@@ -135,6 +135,17 @@ class BrowseRepository(RepositoryBase):
         async with self._tx() as s:
             return _totals(tuple((await s.execute(query)).one()))
 
+    async def metrics_by_model(self, since: datetime) -> dict[str, MetricsTotals]:
+        """Sums per model over runs started at or after `since`, most tokens first."""
+        query = (
+            select(RunMetricsModel.model, *_SUMS)
+            .where(RunMetricsModel.started_at >= since)
+            .group_by(RunMetricsModel.model)
+            .order_by(RunMetricsModel.model)
+        )
+        async with self._tx() as s:
+            return {row[0]: _totals(tuple(row[1:])) for row in await s.execute(query)}
+
     async def count_runs(self, session_key: str | None = None) -> int:
         query = select(func.count()).select_from(RunModel)
         if session_key is not None:
