@@ -100,7 +100,7 @@ def timeline(data: RunTimeline, redact: Redact) -> Timeline:
         if call.call_id not in shown_calls:
             tool_item(call.call_id, call.name, call.input)
     run = data.run
-    if run.status not in ("completed", "running"):
+    if run.status not in ("finished", "running"):
         items.append(Item("error", f"Run {run.status}", redact(run.stop_reason or ""), error=True))
     return Timeline(items, answer)
 
