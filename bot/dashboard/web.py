@@ -226,7 +226,7 @@ class Dashboard:
             cost_bars=views.bars([(d, t.cost_usd) for d, t in days], lambda v: f"${v:.4f}"),
             model_bars=views.bars([(m, views.tokens(t)) for m, t in by_model.items()], _tokens),
             session_bars=views.bars([(k, views.tokens(t)) for k, t in week_sessions.items()], _tokens),
-            budgets=(await self.ops.overview(self.actor, now)).budgets,
+            budgets=await self.ops.budgets(self.actor, now),
         )  # fmt: skip
 
     async def audit(self, request: Request, session: Session) -> Response:

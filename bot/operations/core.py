@@ -243,12 +243,9 @@ class Operations:
         """Per local day, oldest first (the dashboard's chart)."""
         actor.require(Role.OWNER, "see every session's usage")
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        out = []
-        for back in range(days - 1, -1, -1):
-            start = midnight - timedelta(days=back)
-            until = start + timedelta(days=1)
-            out.append((start.strftime("%Y-%m-%d"), await self.storage.metrics_totals_between(start, until)))
-        return out
+        starts = [midnight - timedelta(days=back) for back in range(days - 1, -1, -1)]
+        totals = await self.storage.metrics_in_buckets([*starts, starts[-1] + timedelta(days=1)])
+        return [(start.strftime("%Y-%m-%d"), t) for start, t in zip(starts, totals, strict=True)]
 
     async def usage_by_model(self, actor: Actor, since: datetime) -> dict[str, MetricsTotals]:
         actor.require(Role.OWNER, "see every session's usage")
@@ -297,24 +294,32 @@ class Operations:
             lc.limits.model_dump(mode="json"), self._settings_view(),
         )  # fmt: skip
 
-    async def overview(self, actor: Actor, now: datetime) -> Overview:
-        actor.require(Role.OWNER, "see the overview")
-        from bot.usage_report import Windows
-        from bot.session_keys import scope_of
+    async def budgets(self, actor: Actor, now: datetime) -> list[BudgetLine]:
+        """Each session's tokens today against its daily budget ([limits], as in effect)."""
+        actor.require(Role.OWNER, "see every session's usage")
         from agent_core.risk import Scope
+        from bot.session_keys import scope_of
+        from bot.usage_report import Windows
 
-        lanes = self.live.lanes.depths() if self.live.lanes is not None else {}
-        running, waiting = await self.status_counts(actor)
-        today = Windows.at(now).today
         limits = self.live.live_config.limits if self.live.live_config is not None else None
         budgets = []
-        for key, totals in (await self.storage.metrics_by_session(today)).items():
+        for key, totals in (await self.storage.metrics_by_session(Windows.at(now).today)).items():
             budget = 0
             if limits is not None:
                 main = scope_of(key) is Scope.MAIN
                 if not (main and limits.owner_exempt):
                     budget = (limits.group if key.startswith("group:") else limits.user).daily_tokens
             budgets.append(BudgetLine(key, totals.input_tokens + totals.output_tokens, budget))
+        return budgets
+
+    async def overview(self, actor: Actor, now: datetime) -> Overview:
+        actor.require(Role.OWNER, "see the overview")
+        from bot.usage_report import Windows
+
+        lanes = self.live.lanes.depths() if self.live.lanes is not None else {}
+        running, waiting = await self.status_counts(actor)
+        today = Windows.at(now).today
+        budgets = await self.budgets(actor, now)
         return Overview(
             platforms=self.live.platforms(),
             breakers=self.breakers(actor),

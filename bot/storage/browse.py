@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, cast, func, or_, select
+from sqlalchemy import String, case, cast, func, or_, select
 
 from bot.storage.base import RepositoryBase
 from bot.storage.models import (
@@ -134,6 +134,23 @@ class BrowseRepository(RepositoryBase):
         query = select(*_SUMS).where(RunMetricsModel.started_at >= since, RunMetricsModel.started_at < until)
         async with self._tx() as s:
             return _totals(tuple((await s.execute(query)).one()))
+
+    async def metrics_in_buckets(self, bounds: list[datetime]) -> list[MetricsTotals]:
+        """Sums per interval [bounds[i], bounds[i+1]) in one query (the usage chart's days)."""
+        if len(bounds) < 2:
+            return []
+        started = RunMetricsModel.started_at
+        bucket = case(*[(started < bound, i) for i, bound in enumerate(bounds[1:])], else_=-1).label("bucket")
+        query = (
+            select(bucket, *_SUMS)
+            .where(started >= bounds[0], started < bounds[-1])
+            .group_by(bucket)
+        )
+        found: dict[int, MetricsTotals] = {}
+        async with self._tx() as s:
+            for row in await s.execute(query):
+                found[int(row[0])] = _totals(tuple(row[1:]))
+        return [found.get(i, MetricsTotals()) for i in range(len(bounds) - 1)]
 
     async def metrics_by_model(self, since: datetime) -> dict[str, MetricsTotals]:
         """Sums per model over runs started at or after `since`, most tokens first."""
