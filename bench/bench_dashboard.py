@@ -2,10 +2,18 @@
 metrics and an audit entry) over 200 sessions, served like `roost run` serves it.
 
 Run: .venv/bin/python bench/bench_dashboard.py [--runs 10000] [--sessions 200] [--repeat 20]
+     .venv/bin/python bench/bench_dashboard.py --first-reply [--pings 60]
 
 Prints the median and worst time of each page (a logged-in GET over a real socket, the whole
 server path: cookie check, queries, Jinja2 rendering). The target is < 300 ms per page: every
 list is paged (50 rows) and ordered by an indexed column.
+
+`--first-reply`: message handling with the dashboard open. The whole app (bench_telegram's
+zero-latency model) answers sequential group pings, update → sendMessage p50, first without
+the dashboard, then with it served and three pages open on its event stream, each
+re-fetching the approvals inbox on every event while events are published every
+`--event-every` seconds (default 1: five times a page's own 5 s tick). Target: within 10 % of
+without.
 """
 
 from __future__ import annotations
@@ -101,9 +109,84 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"slowest page median: {worst_median:.1f} ms (target < 300 ms)")
 
 
+async def first_reply(pings: int, every_s: float) -> None:
+    import contextlib
+
+    import bench_telegram as bt
+    from tests.fakes.telegram_api import FakeTelegram
+
+    async def pages_open(base: str, token: str, stop: asyncio.Event) -> int:
+        """Three pages on the event stream, each re-fetching the inbox on every event."""
+        fetched = 0
+
+        async def page() -> None:
+            nonlocal fetched
+            async with httpx.AsyncClient(base_url=base, timeout=None) as client:
+                await client.get(f"/login?token={token}")
+                async with client.stream("GET", "/events") as events:
+                    async for line in events.aiter_lines():
+                        if stop.is_set():
+                            return
+                        if line.startswith("event:"):
+                            await client.get("/approvals?fragment=1")
+                            fetched += 1
+
+        tasks = [asyncio.create_task(page()) for _ in range(3)]
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return fetched
+
+    results = {}
+    for label, with_dashboard in (("without the dashboard", False), ("dashboard open, streaming", True),
+                                  ("without the dashboard (again)", False)):  # fmt: skip
+        with FakeTelegram(token=bt.TOKEN) as tg, tempfile.TemporaryDirectory() as tmp:
+            settings = bt.settings_for(Path(tmp), tg)
+            settings.dashboard.listen = "127.0.0.1:0" if with_dashboard else ""
+            adapter = bt.adapter_for(tg)
+            async with bt.build(settings, [adapter], llm=bt.InstantLLM()) as app:
+                await adapter.start(app.conversations)
+                async with contextlib.AsyncExitStack() as stack:
+                    stop = asyncio.Event()
+                    load = None
+                    if with_dashboard:
+                        d = await stack.enter_async_context(dashboard(app, [adapter]))
+
+                        async def publish() -> None:
+                            while not stop.is_set():
+                                d.served.hub.publish("approvals")
+                                await asyncio.sleep(every_s)  # timing-ok: the offered load
+
+                        load = asyncio.gather(pages_open(d.base, d.token, stop), publish())
+                    answered = bt.Answered(tg)
+                    await bt.one_at_a_time(tg, answered, 5, 0.05)  # warm-up
+                    _, times = await bt.one_at_a_time(tg, answered, pings, 0.05, first_chat=-4_000_000)
+                    stop.set()
+                    if load is not None:
+                        fetched, _ = await load
+                        label += f" ({fetched} inbox fetches)"
+                    await app.conversations.lanes.drain()
+                await app.conversations.aclose()
+                await adapter.aclose()
+        results[label] = statistics.median(times) * 1000
+        print(f"  {label:<48} update → sendMessage p50 {results[label]:6.1f} ms / p99 {bt.pct(times, 0.99) * 1000:6.1f} ms")
+    base = [v for k, v in results.items() if k.startswith("without")]
+    streaming = next(v for k, v in results.items() if k.startswith("dashboard"))
+    print(f"dashboard open: {100 * (streaming / statistics.mean(base) - 1):+.1f} % against without (target within 10 %)")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=20)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--first-reply", action="store_true", help="message handling with the dashboard open")
+    parser.add_argument("--pings", type=int, default=60)
+    parser.add_argument("--event-every", type=float, default=1.0)
+    parsed = parser.parse_args()
+    if parsed.first_reply:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        asyncio.run(first_reply(parsed.pings, parsed.event_every))
+    else:
+        asyncio.run(main(parsed))

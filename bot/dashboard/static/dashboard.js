@@ -18,8 +18,13 @@
 
   if (regions.length && window.EventSource) {
     const events = new EventSource("/events");
+    let stale = false;  // a hidden tab fetches nothing; it catches up when shown again
     const listen = (name) => events.addEventListener(name, () => {
+      if (document.hidden) { stale = true; return; }
       regions.filter((r) => (r.dataset.liveOn || "").split(" ").includes(name)).forEach(refresh);
+    });
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden && stale) { stale = false; regions.forEach(refresh); }
     });
     ["approvals", "tick", "jobs"].forEach(listen);
     events.addEventListener("open", () => regions.forEach(refresh));
