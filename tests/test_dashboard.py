@@ -90,7 +90,8 @@ async def test_rotating_the_token_ends_the_old_link_and_every_session(tmp_path: 
 def _env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
     env.update(ROOST_HOME=str(home), ROOST_OWNERS='["telegram:1"]', TELEGRAM_BOT_TOKEN="123456:TEST-token_for-roost",
-               ROOST_TELEGRAM__BASE_URL="http://127.0.0.1:9/", **extra)  # never reached
+               ROOST_TELEGRAM__BASE_URL="http://127.0.0.1:9/")  # never reached, unless replaced
+    env.update(extra)
     return env
 
 
@@ -141,3 +142,40 @@ async def _job(app) -> str:  # noqa: ANN001
         timezone="UTC", grace_s=60, next_run_at=now + timedelta(hours=1), created_at=now,
     ))  # fmt: skip
     return job.id
+
+
+async def test_roost_run_serves_the_dashboard_prints_its_link_and_stops_cleanly(tmp_path: Path, fake_api: FakeAnthropic) -> None:
+    # The real wiring: `roost run` (a process) against the fake Bot API, the dashboard on a
+    # free loopback port; the printed link logs in; SIGTERM still exits 0.
+    import asyncio
+    import signal
+
+    from tests.fakes.telegram_api import FakeTelegram
+    from tests.telegram_harness import TOKEN, free_port
+
+    port = free_port()
+    with FakeTelegram(token=TOKEN) as tg:
+        env = _env(tmp_path / "home", ROOST_TELEGRAM__BASE_URL=tg.base_url, ANTHROPIC_API_KEY="test-key",
+                   ANTHROPIC_BASE_URL=fake_api.base_url, ROOST_DASHBOARD__LISTEN=f"127.0.0.1:{port}")  # fmt: skip
+        log_path = tmp_path / "run.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env, stdout=log, stderr=log)
+            try:
+                await tg.await_for(lambda: tg.is_polling, timeout=60)
+
+                async def link() -> str:
+                    async with asyncio.timeout(30):
+                        while "Dashboard: " not in log_path.read_text():
+                            await asyncio.sleep(0.05)
+                    return log_path.read_text().split("Dashboard: ", 1)[1].split()[0]
+
+                url = await link()
+                assert url.startswith(f"http://127.0.0.1:{port}/login?token=")
+                async with httpx.AsyncClient() as client:
+                    assert (await client.get(url)).status_code == 303
+                    assert (await client.get(f"http://127.0.0.1:{port}/approvals")).status_code == 200
+                process.send_signal(signal.SIGTERM)
+                assert await asyncio.to_thread(process.wait, 60) == 0
+            finally:
+                if process.poll() is None:
+                    process.kill()

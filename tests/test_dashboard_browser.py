@@ -247,5 +247,14 @@ async def test_usage_page_totals_equal_the_usage_command_and_run_now_runs_a_job_
             await open_page(browser, d.base + path)
             assert browser.find_elements(By.CSS_SELECTOR, "main h1"), path
             screenshot(browser, name)
+        # On a phone: nothing wider than the screen (tables scroll inside themselves).
+        await in_browser(lambda: browser.set_window_size(390, 844))
+        try:
+            for name, path in (("phone-overview", "/"), ("phone-jobs", "/jobs"), ("phone-usage", "/usage")):
+                await open_page(browser, d.base + path)
+                assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+                screenshot(browser, name)
+        finally:
+            await in_browser(lambda: browser.set_window_size(1200, 900))
         logs = await in_browser(lambda: browser.get_log("browser"))
         assert not [e for e in logs if "Content Security Policy" in e.get("message", "")]  # nothing inline blocked
