@@ -274,29 +274,23 @@ async def _doctor(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _pairing(settings: Settings, args: argparse.Namespace) -> int:
-    from bot.storage import Storage
+    from bot.operations import CLI
+    from bot.operations.cli import operations
 
-    storage = await Storage.open(settings.db_url)
-    try:
+    async with operations(settings) as ops:
         if args.action == "list":
-            pending = await storage.list_pending_pairings()
+            pending = await ops.pending_pairings(CLI)
             if not pending:
                 print("No pending pairing requests.")
             for p in pending:
                 print(f"{p.platform} {p.code}  {p.user_name or ''} (user {p.user_id}), expires {p.expires_at:%Y-%m-%d %H:%M} UTC")
             return 0
-        paired = await storage.approve_pairing(args.platform, args.code.strip().upper())
+        paired = await ops.approve_pairing(CLI, args.platform, args.code)
         if paired is None:
             print(f"No pending pairing code {args.code!r} on {args.platform} (wrong or expired).", file=sys.stderr)
             return 1
-        from agent_core.ports import AuditEntry
-
-        subject = f"{args.platform}:{paired.user_id}"
-        await storage.audit(AuditEntry(kind="pairing", actor="cli", subject=subject, decision="approved"))
         print(f"Paired {paired.user_name or paired.user_id} ({args.platform} user {paired.user_id}).")
         return 0
-    finally:
-        await storage.aclose()
 
 
 async def _memory(settings: Settings, args: argparse.Namespace) -> int:

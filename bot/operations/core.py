@@ -183,6 +183,21 @@ class Operations:
         actor.require(Role.OWNER, "revoke access")
         return await self.access.revoke(target, actor.identity)
 
+    async def pending_pairings(self, actor: Actor) -> list[PairingRequest]:
+        actor.require(Role.OWNER, "see pairing requests")
+        return await self.storage.list_pending_pairings()
+
+    async def approve_pairing(self, actor: Actor, platform: str, code: str) -> PairedUser | None:
+        """Pair whoever asked with `code` (audited); None when no such code is pending."""
+        actor.require(Role.OWNER, "approve pairing codes")
+        paired = await self.storage.approve_pairing(platform, code.strip().upper())
+        if paired is not None:
+            await self.storage.audit(
+                AuditEntry(kind="pairing", actor=actor.identity, subject=f"{platform}:{paired.user_id}",
+                           decision="approved")  # fmt: skip
+            )
+        return paired
+
     # -- jobs ------------------------------------------------------------------------
     async def jobs(self, actor: Actor, session_key: str | None = None, *, include_ended: bool = False) -> list[JobRow]:
         actor.require(Role.OWNER, "manage scheduled jobs")
