@@ -82,6 +82,9 @@ class Dashboard:
         self.timezone = timezone
         self.now = now
         self.hub = Hub()
+        self._notices: dict[str, str] = {}
+        """What the last action said, per session, shown once after its redirect (never taken
+        from the URL: a link must not make the page say anything)."""
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,  # every page, every fragment: .html or not
@@ -98,6 +101,15 @@ class Dashboard:
             csrf=session.csrf if session else "", path=request.url.path, **ctx
         )
         return HTMLResponse(page, status_code=status)
+
+    def tell(self, session: Session, text: str) -> None:
+        self._notices.pop(session.csrf, None)
+        self._notices[session.csrf] = text
+        while len(self._notices) > 256:  # bounded: the oldest goes
+            del self._notices[next(iter(self._notices))]
+
+    def told(self, session: Session) -> str:
+        return self._notices.pop(session.csrf, "")
 
     def session_of(self, request: Request) -> Session | None:
         return self.keys.session(request.cookies.get(COOKIE))
@@ -164,8 +176,8 @@ class Dashboard:
     async def approvals(self, request: Request, session: Session) -> Response:
         pending = await self.ops.pending_approvals(self.actor)
         template = "approvals_body.html" if request.query_params.get("fragment") else "approvals.html"
-        return self.render(template, request, session, pending=pending, now=datetime.now(UTC),
-                           notice=request.query_params.get("notice", ""))  # fmt: skip
+        notice = "" if request.query_params.get("fragment") else self.told(session)
+        return self.render(template, request, session, pending=pending, now=datetime.now(UTC), notice=notice)
 
     async def decide(self, request: Request, session: Session, form: dict[str, str]) -> Response:
         decision = DECISIONS.get(form.get("decision", ""))
@@ -180,7 +192,8 @@ class Dashboard:
         }[result.outcome]
         if request.headers.get("x-requested-with") == "fetch":
             return PlainTextResponse(notice, status_code=200 if result.outcome is ResolveOutcome.RESOLVED else 409)
-        return RedirectResponse(f"/approvals?notice={notice}", status_code=303)
+        self.tell(session, notice)
+        return RedirectResponse("/approvals", status_code=303)
 
     async def sessions(self, request: Request, session: Session) -> Response:
         page = _int(request.query_params.get("page"))
@@ -203,15 +216,15 @@ class Dashboard:
 
     async def jobs(self, request: Request, session: Session) -> Response:
         rows = await self.ops.jobs(self.actor, include_ended=bool(request.query_params.get("all")))
-        return self.render("jobs.html", request, session, jobs=rows, tz=self.timezone,
-                           notice=request.query_params.get("notice", ""))  # fmt: skip
+        return self.render("jobs.html", request, session, jobs=rows, tz=self.timezone, notice=self.told(session))
 
     async def job_action(self, request: Request, session: Session, form: dict[str, str]) -> Response:
         op = request.path_params["op"]
         if op not in JOB_OPS:
             return PlainTextResponse("unknown job action", status_code=400)
         _, answer = await self.ops.operate_job(self.actor, op, request.path_params["job_id"])  # type: ignore[arg-type]
-        return RedirectResponse(f"/jobs?notice={answer}", status_code=303)
+        self.tell(session, answer)
+        return RedirectResponse("/jobs", status_code=303)
 
     async def usage(self, request: Request, session: Session) -> Response:
         now = self.now()
