@@ -179,3 +179,18 @@ async def test_roost_run_serves_the_dashboard_prints_its_link_and_stops_cleanly(
             finally:
                 if process.poll() is None:
                     process.kill()
+
+
+async def test_the_memory_page_shows_mains_files_and_logs_never_a_groups(tmp_path: Path, fake_api: FakeAnthropic) -> None:
+    async with running_app(tmp_path, fake_api, dashboard=LOOPBACK_ANY_PORT) as (app, _), dashboard(app) as d:
+        root = app.settings.workspace_dir
+        (root / "MEMORY.md").write_text("owner likes <b>tea</b>\n")
+        (root / "memory" / "2026-11-20.md").write_text("main log: dentist at 9\n")
+        group_dir = root / "memory" / "groups" / "telegram_-100"
+        group_dir.mkdir(parents=True)
+        (group_dir / "2026-11-20.md").write_text("GROUP-CANARY said hello\n")
+        async with logged_in(d) as client:
+            page = (await client.get("/memory")).text
+            found = (await client.get("/memory?q=canary")).text
+        assert "owner likes &lt;b&gt;tea&lt;/b&gt;" in page and "dentist at 9" in page
+        assert "GROUP-CANARY" not in page and "GROUP-CANARY" not in found

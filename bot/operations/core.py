@@ -352,9 +352,12 @@ class Operations:
         actor.require(Role.OWNER, "read the main session's memory")
         if self.workspace is None:
             return []
+        from workspace.daily_log import log_dir_for
+
         root = self.workspace
         files = [root / "USER.md", root / "MEMORY.md"]
-        logs = sorted((root / "memory").glob("*.md"), reverse=True)[:14] if (root / "memory").is_dir() else []
+        log_dir = root / log_dir_for("main")  # main's own logs only: never a group's or a DM's
+        logs = sorted(log_dir.glob("????-??-??.md"), reverse=True)[:14] if log_dir.is_dir() else []
         out = []
         for path in [*files, *logs]:
             if path.is_file() and not path.is_symlink():
