@@ -194,3 +194,29 @@ async def test_the_memory_page_shows_mains_files_and_logs_never_a_groups(tmp_pat
             found = (await client.get("/memory?q=canary")).text
         assert "owner likes &lt;b&gt;tea&lt;/b&gt;" in page and "dentist at 9" in page
         assert "GROUP-CANARY" not in page and "GROUP-CANARY" not in found
+
+
+async def test_audit_filters_and_exports_what_the_filters_select(tmp_path: Path, fake_api: FakeAnthropic) -> None:
+    import csv
+    import io
+    import json
+
+    from agent_core.ports import AuditEntry
+
+    async with running_app(tmp_path, fake_api, dashboard=LOOPBACK_ANY_PORT) as (app, _), dashboard(app) as d:
+        for actor, tool, decision in (("telegram:1", "exec", "allowed"), ("telegram:77", "exec", "denied"),
+                                      ("telegram:1", "read_file", "allowed")):  # fmt: skip
+            await app.storage.audit(AuditEntry(kind="tool_call", actor=actor, session_key="main", subject=tool,
+                                               detail="=cmd|' /C calc'!A0", decision=decision))  # fmt: skip
+        async with logged_in(d) as client:
+            page = (await client.get("/audit?tool=exec&decision=denied")).text
+            assert "telegram:77" in page and "telegram:1<" not in page
+            exported = json.loads((await client.get("/audit/export.json?tool=exec")).text)
+            assert sorted(r["actor"] for r in exported) == ["telegram:1", "telegram:77"]
+            response = await client.get("/audit/export.csv?actor=telegram:1")
+            assert "attachment" in response.headers["content-disposition"]
+            rows = list(csv.DictReader(io.StringIO(response.text)))
+            assert sorted(r["subject"] for r in rows) == ["exec", "read_file"]
+            assert all(r["detail"].startswith("'=") for r in rows)  # a spreadsheet shows it as text
+            bad = await client.get("/audit?since=yesterday-ish")
+            assert bad.status_code == 200 and "use 30m, 2h, 1d, 1w or an ISO date" in bad.text
