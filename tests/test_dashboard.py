@@ -220,3 +220,12 @@ async def test_audit_filters_and_exports_what_the_filters_select(tmp_path: Path,
             assert all(r["detail"].startswith("'=") for r in rows)  # a spreadsheet shows it as text
             bad = await client.get("/audit?since=yesterday-ish")
             assert bad.status_code == 200 and "use 30m, 2h, 1d, 1w or an ISO date" in bad.text
+
+
+async def test_a_page_reached_under_another_host_name_is_refused(tmp_path: Path, fake_api: FakeAnthropic) -> None:
+    # DNS rebinding: a web page whose name now resolves to 127.0.0.1 sends its own Host.
+    async with running_app(tmp_path, fake_api, dashboard=LOOPBACK_ANY_PORT) as (app, _), dashboard(app) as d:
+        async with httpx.AsyncClient(base_url=d.base) as client:
+            rebound = await client.get(f"/login?token={d.token}", headers={"host": "evil.example"})
+            assert rebound.status_code == 400 and "set-cookie" not in rebound.headers
+            assert (await client.get(f"/login?token={d.token}", headers={"host": "localhost:8765"})).status_code == 303

@@ -116,6 +116,7 @@ def dashboard_for(roost: Any, adapters: Any) -> Any:
     return Dashboard(
         ops, home=settings.home_dir, actor=Actor(identity, Role.OWNER, "dashboard"),
         redact=lambda text: redact_known_shapes(redactor.redact(text)), timezone=settings.tz_name,
+        allowed_hosts=None if settings.dashboard.allow_remote else ["127.0.0.1", "localhost", "[::1]", "::1"],
     )  # fmt: skip
 
 

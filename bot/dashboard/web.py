@@ -74,6 +74,7 @@ class Dashboard:
     def __init__(
         self, ops: Operations, *, home: Path, actor: Actor, redact: Callable[[str], str],
         timezone: str = "UTC", now: Callable[[], datetime] = lambda: datetime.now().astimezone(),
+        allowed_hosts: list[str] | None = None,
     ) -> None:  # fmt: skip
         self.ops = ops
         self.keys = Keys(home)
@@ -81,6 +82,9 @@ class Dashboard:
         self.redact = redact
         self.timezone = timezone
         self.now = now
+        self.allowed_hosts = allowed_hosts
+        """Host headers served (None: any). Loopback only by default, so a web page whose
+        name was rebound to 127.0.0.1 reaches nothing (DNS rebinding)."""
         self.hub = Hub()
         self._notices: dict[str, str] = {}
         """What the last action said, per session, shown once after its redirect (never taken
@@ -328,7 +332,12 @@ class Dashboard:
             Route("/events", self.page(self.events)),
             Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         ]
-        return SecurityHeaders(Starlette(routes=routes))
+        app: Any = Starlette(routes=routes)
+        if self.allowed_hosts is not None:
+            from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+            app = TrustedHostMiddleware(app, allowed_hosts=self.allowed_hosts, www_redirect=False)
+        return SecurityHeaders(app)
 
 
 class SecurityHeaders:
