@@ -171,11 +171,18 @@ async def test_roost_run_serves_the_dashboard_prints_its_link_and_stops_cleanly(
 
                 url = await link()
                 assert url.startswith(f"http://127.0.0.1:{port}/login?token=")
-                async with httpx.AsyncClient() as client:
+                async with httpx.AsyncClient(timeout=None) as client:
                     assert (await client.get(url)).status_code == 303
                     assert (await client.get(f"http://127.0.0.1:{port}/approvals")).status_code == 200
-                process.send_signal(signal.SIGTERM)
-                assert await asyncio.to_thread(process.wait, 60) == 0
+                    # A page left open on the event stream does not hold the shutdown up.
+                    async with client.stream("GET", f"http://127.0.0.1:{port}/events") as events:
+                        assert events.status_code == 200
+                        await anext(events.aiter_lines())
+                        stopped_at = asyncio.get_running_loop().time()
+                        process.send_signal(signal.SIGTERM)
+                        assert await asyncio.to_thread(process.wait, 60) == 0
+                        # ~0.3 s measured; a generous bound only tells "not held up" from "held up".
+                        assert asyncio.get_running_loop().time() - stopped_at < 15
             finally:
                 if process.poll() is None:
                     process.kill()
