@@ -15,7 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from selenium.webdriver.common.by import By
+import pytest
+
+By = pytest.importorskip("selenium.webdriver.common.by", reason="selenium is not installed (pip install -e '.[test]')").By
 
 from tests.dashboard_harness import browser, csrf_of, dashboard, logged_in, screenshot  # noqa: F401  (fixture)
 from tests.fakes.anthropic_api import FakeAnthropic
