@@ -66,6 +66,8 @@ class Card:
     """The platform's transport for the card's chat (a `CardTransport`)."""
     decision: str | None = None
     resolved_by: str | None = None
+    via: str | None = None
+    """Where it was decided when not on this card (e.g. "dashboard")."""
     message_id: str | None = None
     shown: Any = None
     """The desired state the chat shows (None: nothing yet)."""
@@ -147,7 +149,7 @@ class Cards:
             return
         if only_pending and card.decision is not None:
             return
-        card.decision, card.resolved_by = event.decision, event.resolved_by
+        card.decision, card.resolved_by, card.via = event.decision, event.resolved_by, event.via
         if card.state == "live":
             self._submit(card)
 
@@ -183,7 +185,10 @@ class Cards:
     # -- delivery (in the outbox worker) ---------------------------------------------
 
     def _desired(self, card: Card) -> Any:
-        return self._sender.desired(card, self.who(card.resolved_by))
+        who = self.who(card.resolved_by)
+        if card.via is not None and who is not None:
+            who = f"{who} from the {card.via}"  # "✅ Approved once by Alice from the dashboard"
+        return self._sender.desired(card, who)
 
     def _submit(self, card: Card) -> None:
         if self._outbox.closed:  # shutting down: nothing more will be delivered

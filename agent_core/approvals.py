@@ -118,6 +118,10 @@ class ApprovalGate:
         self._now = now
         self._waiting: dict[str, asyncio.Future[Decision]] = {}
         self._resolvers: dict[str, str | None] = {}
+        self._vias: dict[str, str] = {}
+        self.listeners: list[Callable[[], None]] = []
+        """Called (synchronously, never raising) whenever an approval is created or decided:
+        the dashboard's inbox refreshes on it."""
         self._grant_rules: dict[str, GrantRule] = {}
         """What "Always allow" stores for a waiting approval; absent → nothing is stored."""
 
@@ -177,6 +181,7 @@ class ApprovalGate:
             self._grant_rules[record.id] = grant
         try:
             await self._store.create_approval(record)
+            self._changed()
             await emit(
                 ApprovalRequested(
                     record.id, call_id, tool_name, risk, action, record.expires_at
@@ -187,16 +192,19 @@ class ApprovalGate:
                     decision = await asyncio.shield(future)
             except TimeoutError:
                 decision = await self._finish(record.id, Decision.EXPIRED, None)
+                self._changed()
             except asyncio.CancelledError:
                 await asyncio.shield(self._finish(record.id, Decision.CANCELLED, None))
+                self._changed()
                 await _emit_quietly(emit, ApprovalResolved(record.id, "cancelled", None))
                 raise
             approver = self._resolved_by(record.id)
-            await emit(ApprovalResolved(record.id, decision.value, approver))
+            await emit(ApprovalResolved(record.id, decision.value, approver, self._vias.get(record.id)))
             return GateOutcome(decision, approver)
         finally:
             self._waiting.pop(record.id, None)
             self._resolvers.pop(record.id, None)
+            self._vias.pop(record.id, None)
             self._grant_rules.pop(record.id, None)
 
     def _resolved_by(self, approval_id: str) -> str | None:
@@ -212,8 +220,18 @@ class ApprovalGate:
             return Decision(record.state)
         return Decision.DENY if record is None else Decision(record.state)
 
-    async def resolve(self, approval_id: str, decision: Decision, by: str) -> ResolveResult:
-        """Apply a person's decision. Idempotent: a second press changes nothing."""
+    def _changed(self) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener()
+            except Exception:  # a watcher failing must not change a decision
+                log.exception("approvals.listener_failed")
+
+    async def resolve(
+        self, approval_id: str, decision: Decision, by: str, *, via: str | None = None
+    ) -> ResolveResult:
+        """Apply a person's decision. Idempotent: a second press changes nothing. `via` says
+        where it was made when not on the chat card (the card then says so)."""
         record = await self._store.get_approval(approval_id)
         if record is None:
             return ResolveResult(ResolveOutcome.UNKNOWN)
@@ -240,6 +258,9 @@ class ApprovalGate:
                     )
                 )
         self._resolvers[approval_id] = by
+        if via is not None:
+            self._vias[approval_id] = via
+        self._changed()
         future = self._waiting.get(approval_id)
         if future is not None and not future.done():
             future.set_result(decision)

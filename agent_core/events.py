@@ -85,6 +85,8 @@ class ApprovalResolved:
     approval_id: str
     decision: Literal["once", "always", "deny", "expired", "cancelled"]
     resolved_by: str | None
+    via: str | None = None
+    """Where the decision was made when not on the card itself (e.g. "dashboard")."""
     type: Literal["approval_resolved"] = "approval_resolved"
 
 

@@ -66,6 +66,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "grants": cli_grants.run,
         "jobs": cli_jobs.run,
         "status": cli_status.run,
+        "dashboard": _dashboard,
     }[args.command]
     try:
         return asyncio.run(handler(settings, args))
@@ -110,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     cli_grants.add_parser(sub)
     cli_jobs.add_parser(sub)
     cli_status.add_parser(sub)
+    dashboard = sub.add_parser("dashboard", help="the local dashboard's login link")
+    dashboard_sub = dashboard.add_subparsers(dest="action", required=True)
+    dashboard_sub.add_parser("url", help="print the login link of the dashboard `roost run` serves")
+    dashboard_sub.add_parser("rotate", help="replace the login link; every browser is logged out")
     return parser
 
 
@@ -120,6 +125,15 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     if not adapters:
         print(NO_PLATFORM, file=sys.stderr)
         return EXIT_CONFIG
+    dashboard_at = settings.dashboard.address
+    if dashboard_at is not None:  # the dashboard's modules load only when it is on
+        from bot.dashboard.server import RemoteRefused, check_address
+
+        try:
+            check_address(*dashboard_at, settings.dashboard.allow_remote)
+        except RemoteRefused as exc:
+            print(f"roost: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     from bot.startup_migration import MigrationChild, MigrationFailed, needs_upgrade
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
@@ -155,6 +169,14 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             # Closed first (LIFO): runs stop with a visible notice while adapters are open;
             # queued messages stay in the inbox for the next start.
             running.push_async_callback(app.conversations.aclose)
+            dashboard_link = None
+            if dashboard_at is not None:
+                from bot.dashboard.server import start as start_dashboard
+
+                started = await start_dashboard(app, adapters)
+                if started is not None:
+                    served, dashboard_link = started
+                    running.push_async_callback(served.aclose)  # closed before the chats (LIFO)
             app.load_model_client()
             await app.conversations.recover_deliveries()
             await app.conversations.close_expired_cards(app.expired_at_start)
@@ -168,6 +190,8 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 )
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
+            if dashboard_link is not None:
+                print(f"Dashboard: {dashboard_link}", file=sys.stderr)
             await stop.wait()
             # A second Ctrl-C / SIGTERM while shutting down leaves at once: every accepted
             # message is already in the inbox, so a hard exit loses nothing.
@@ -176,6 +200,20 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                     loop.add_signal_handler(sig, _exit_now)
             print("Stopping: running answers end with a notice; queued messages wait for the next start.",
                   file=sys.stderr)
+    return 0
+
+
+async def _dashboard(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.dashboard import login
+
+    address = settings.dashboard.address
+    if args.action == "rotate":
+        login.rotate(settings.home_dir)
+        print("Dashboard login link replaced; every browser logged in before must open the new one.")
+    if address is None:
+        print("The dashboard is off (ROOST_DASHBOARD__LISTEN is empty).", file=sys.stderr)
+        return 1 if args.action == "url" else 0
+    print(login.login_url(*address, login.current(settings.home_dir)))
     return 0
 
 
@@ -244,29 +282,23 @@ async def _doctor(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def _pairing(settings: Settings, args: argparse.Namespace) -> int:
-    from bot.storage import Storage
+    from bot.operations import CLI
+    from bot.operations.cli import operations
 
-    storage = await Storage.open(settings.db_url)
-    try:
+    async with operations(settings) as ops:
         if args.action == "list":
-            pending = await storage.list_pending_pairings()
+            pending = await ops.pending_pairings(CLI)
             if not pending:
                 print("No pending pairing requests.")
             for p in pending:
                 print(f"{p.platform} {p.code}  {p.user_name or ''} (user {p.user_id}), expires {p.expires_at:%Y-%m-%d %H:%M} UTC")
             return 0
-        paired = await storage.approve_pairing(args.platform, args.code.strip().upper())
+        paired = await ops.approve_pairing(CLI, args.platform, args.code)
         if paired is None:
             print(f"No pending pairing code {args.code!r} on {args.platform} (wrong or expired).", file=sys.stderr)
             return 1
-        from agent_core.ports import AuditEntry
-
-        subject = f"{args.platform}:{paired.user_id}"
-        await storage.audit(AuditEntry(kind="pairing", actor="cli", subject=subject, decision="approved"))
         print(f"Paired {paired.user_name or paired.user_id} ({args.platform} user {paired.user_id}).")
         return 0
-    finally:
-        await storage.aclose()
 
 
 async def _memory(settings: Settings, args: argparse.Namespace) -> int:

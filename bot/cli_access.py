@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import TYPE_CHECKING
+
 from bot.settings import Settings
+
+if TYPE_CHECKING:
+    from bot.operations.core import AccessListing
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -18,9 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    from bot.logs import RedactSecrets
-    from bot.roles import AccessManager, parse_target
-    from bot.storage import Storage
+    from bot.operations import CLI
+    from bot.operations.cli import operations
+    from bot.roles import parse_target
 
     target = None
     if args.action != "list":
@@ -29,41 +34,32 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"roost: {exc}", file=sys.stderr)
             return 2
-    storage = await Storage.open(settings.db_url)
-    storage.use_redactor(RedactSecrets(settings.secrets).redact)
-    config_groups = {"telegram": settings.telegram.allowed_groups, "discord": settings.discord.allowed_channels}
-    manager = AccessManager(
-        storage, storage, owners=settings.owners, approvers=settings.approvers, config_groups=config_groups
-    )
-    try:
+    async with operations(settings) as ops:
         if target is None:
-            await _list(settings, storage, config_groups)
+            _list(await ops.access_listing(CLI))
             return 0
-        actor = "cli"
-        reply = await (manager.allow(target, actor) if args.action == "allow" else manager.revoke(target, actor))
+        reply = await (ops.allow(CLI, target) if args.action == "allow" else ops.revoke_access(CLI, target))
         print(reply)
         return 0
-    finally:
-        await storage.aclose()
 
 
-async def _list(settings: Settings, storage, config_groups: dict[str, list[str]]) -> None:  # noqa: ANN001
-    print("Owners (ROOST_OWNERS):", ", ".join(settings.owners) or "none")
-    print("Approvers (ROOST_APPROVERS):", ", ".join(settings.approvers) or "none besides the owners")
-    paired = await storage.paired_users()
+def _list(listing: AccessListing) -> None:
+    print("Owners (ROOST_OWNERS):", ", ".join(listing.owners) or "none")
+    print("Approvers (ROOST_APPROVERS):", ", ".join(listing.approvers) or "none besides the owners")
+    paired = listing.paired
     print(f"Paired users ({len(paired)}):")
     for user in paired:
         name = f" {user.user_name}" if user.user_name else ""
         print(f"  {user.platform}:{user.user_id}{name}, since {user.paired_at:%Y-%m-%d %H:%M} UTC")
     print("Groups allowed by configuration:")
-    for platform, ids in config_groups.items():
+    for platform, ids in listing.config_groups.items():
         if ids:
             print(f"  {platform}: {', '.join('any group' if i == '*' else i for i in ids)}")
-    runtime = await storage.runtime_groups()
+    runtime = listing.runtime_groups
     print(f"Groups allowed at runtime ({len(runtime)}):")
     for platform, chat_id, added in runtime:
         print(f"  group {platform}:{chat_id}, since {added:%Y-%m-%d %H:%M} UTC")
-    pending = await storage.list_pending_pairings()
+    pending = listing.pending
     if pending:
         print(f"Pending pairing requests ({len(pending)}):")
         for p in pending:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import re
 import sys
 from datetime import UTC, datetime, timedelta
@@ -38,23 +36,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    from bot.storage import Storage
+    from bot.operations import CLI, AuditQuery
+    from bot.operations.cli import operations
+    from bot.operations.core import export_rows
 
     try:
         since = parse_since(args.since, datetime.now(UTC)) if args.since else None
     except ValueError as exc:
         print(f"roost: {exc}", file=sys.stderr)
         return 2
-    storage = await Storage.open(settings.db_url)
-    try:
-        rows = await storage.audit_entries(
-            session_key=args.session, since=since, limit=args.limit if args.limit > 0 else None
-        )
-    finally:
-        await storage.aclose()
+    query = AuditQuery(session_key=args.session, since=since, limit=args.limit if args.limit > 0 else None)
+    async with operations(settings) as ops:
+        rows = await ops.audit(CLI, query)
     if args.json:
-        records = [{**dataclasses.asdict(r), "at": r.at.isoformat()} for r in rows]
-        print(json.dumps(records, ensure_ascii=False, indent=1))
+        print(export_rows(rows, "json"))
         return 0
     if not rows:
         print("No audit entries match.")

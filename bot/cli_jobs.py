@@ -22,13 +22,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.operations import CLI
+    from bot.operations.cli import operations
     from bot.scheduling.book import describe
-    from bot.storage import Storage
 
-    storage = await Storage.open(settings.db_url)
-    try:
+    async with operations(settings) as ops:
         if args.action == "list":
-            jobs = await storage.list_jobs(args.session, include_ended=args.all)
+            jobs = await ops.jobs(CLI, args.session, include_ended=args.all)
             if not jobs:
                 print("No scheduled jobs.")
                 return 0
@@ -36,12 +36,6 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
             for job in jobs:
                 print(f"{describe(job, now)}\nsession: {job.session_key}\n")
             return 0
-        job = await storage.get_job(args.id.strip())
-        if job is None or job.state == "cancelled":
-            print(f"No job {args.id.strip()!r} (see roost jobs list).")
-            return 1
-        await storage.set_job_state(job.id, "cancelled")
-        print(f"Cancelled {job.id} “{job.name}” ({job.session_key}); it will not run again.")
-        return 0
-    finally:
-        await storage.aclose()
+        done, answer = await ops.operate_job(CLI, "cancel", args.id)
+        print(answer)
+        return 0 if done else 1

@@ -16,17 +16,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
-    from bot.storage import Storage
-    from bot.usage_report import usage_text
+    from bot.operations import CLI
+    from bot.operations.cli import operations
 
-    storage = await Storage.open(settings.db_url)
-    try:
+    async with operations(settings) as ops:
         now = datetime.now().astimezone()
-        print(await usage_text(storage, now, session_key=args.session))
-        running = await storage.runs_left_running()
-        waiting = await storage.inbox_rows({"received", "queued"})
-        print(f"Running now: {len(running)} run{'s' if len(running) != 1 else ''}; "
-              f"waiting: {len(waiting)} message{'s' if len(waiting) != 1 else ''}")  # fmt: skip
+        print(await ops.usage_text(CLI, now, session_key=args.session))
+        running, waiting = await ops.status_counts(CLI)
+        print(f"Running now: {running} run{'s' if running != 1 else ''}; "
+              f"waiting: {waiting} message{'s' if waiting != 1 else ''}")  # fmt: skip
         return 0
-    finally:
-        await storage.aclose()

@@ -164,6 +164,14 @@ class Lanes(Generic[T]):
         lane = self._lanes.get(key)
         return len(lane.queue) if lane else 0
 
+    def depths(self) -> dict[str, tuple[bool, int]]:
+        """Every lane with a run going or messages waiting: (running, queued), for views."""
+        return {
+            key: (lane.current is not None, len(lane.queue))
+            for key, lane in self._lanes.items()
+            if lane.current is not None or lane.queue
+        }
+
     def stop(self, key: str) -> bool:
         """Cancel the session's running run (queued messages stay queued)."""
         lane = self._lanes.get(key)

@@ -9,6 +9,8 @@ installed" and fall back from:
 - aiohttp (+ yarl, multidict, attrs, frozenlist, ...): the anthropic SDK imports its vendored
   aiohttp transport only to offer `DefaultAioHttpClient`; Roost uses its httpx transport
   (~8 MB).
+- click: httpx imports its command-line client (click, rich, pygments) whenever click is
+  installed, and uvicorn (the dashboard) installs it; hidden while httpx loads (bot/__init__).
 """
 
 from __future__ import annotations

@@ -171,6 +171,31 @@ class DiscordSettings(_Section):
         return [str(v) for v in value] if isinstance(value, list) else value
 
 
+class DashboardSettings(_Section):
+    listen: str = "127.0.0.1:8765"
+    """host:port the dashboard serves on inside `roost run` (ROOST_DASHBOARD__LISTEN); empty: off."""
+    allow_remote: bool = False
+    """A non-loopback `listen` is refused unless this is true (ROOST_DASHBOARD__ALLOW_REMOTE)."""
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            host, sep, port = value.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+                raise ValueError(f"{value!r} is not like 127.0.0.1:8765 (host:port), or empty to turn it off")
+        return value
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """(host, port), or None when the dashboard is off."""
+        if not self.listen:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ROOST_", env_nested_delimiter="__", extra="forbid", populate_by_name=True
@@ -193,6 +218,7 @@ class Settings(BaseSettings):
     timezone: str | None = None
     """IANA zone for schedules (ROOST_TIMEZONE); None: the machine's."""
     heartbeat: HeartbeatSettings = HeartbeatSettings()
+    dashboard: DashboardSettings = DashboardSettings()
 
     telegram_bot_token: SecretStr | None = Field(
         None, validation_alias=AliasChoices("TELEGRAM_BOT_TOKEN", "telegram_bot_token")

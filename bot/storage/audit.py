@@ -137,13 +137,27 @@ class AuditRepository(RepositoryBase):
         session_key: str | None = None,
         since: datetime | None = None,
         limit: int | None = 20,
+        until: datetime | None = None,
+        actor: str | None = None,
+        subject: str | None = None,
+        decision: str | None = None,
+        kind: str | None = None,
     ) -> list[AuditRow]:
-        """The newest `limit` entries (all when None) matching the filters, oldest first."""
+        """The newest `limit` entries (all when None) matching the filters, oldest first.
+        `subject` is the tool's name for tool calls."""
         query = select(AuditModel).order_by(AuditModel.id.desc())
         if session_key is not None:
             query = query.where(AuditModel.session_key == session_key)
         if since is not None:
             query = query.where(AuditModel.at >= since)
+        if until is not None:
+            query = query.where(AuditModel.at < until)
+        for column, value in (
+            (AuditModel.actor, actor), (AuditModel.subject, subject), (AuditModel.decision, decision),
+            (AuditModel.kind, kind),
+        ):
+            if value is not None:
+                query = query.where(column == value)
         if limit is not None:
             query = query.limit(limit)
         async with self._tx() as s:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bot.storage.access import AccessRepository
 from bot.storage.approvals import ApprovalRepository
 from bot.storage.audit import AuditRepository
+from bot.storage.browse import BrowseRepository
 from bot.storage.base import Clock, utc_now
 from bot.storage.compactions import CompactionRepository
 from bot.storage.cursors import CursorRepository
@@ -51,6 +52,7 @@ class Storage(
     CompactionRepository,
     SendRepository,
     CursorRepository,
+    BrowseRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.
 
