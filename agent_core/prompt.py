@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 from typing import Any, Protocol
 
 from agent_core.risk import Scope
@@ -53,10 +54,25 @@ _FORGED_HEADER = re.compile(
 DEFUSED_HEADER = "[quoted, not from Roost:"
 
 
+# Shown as nothing, and not in _GAP: variation selectors and tag characters.
+_UNSEEN = re.compile("[\ufe00-\ufe0f\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
+
+
 def defuse_header(text: str) -> str:
     """`text` with anything that reads as Roost's context header reworded, so only Roost's
-    own tail carries it (user messages in every scope, tool output, files, web pages)."""
-    return _FORGED_HEADER.sub(DEFUSED_HEADER, text)
+    own tail carries it (user messages in every scope, tool output, files, web pages).
+
+    Compatibility forms (fullwidth or mathematical letters) and unseen characters are
+    folded first when present; a text whose folded form carries a header is returned
+    folded (over-matching only rewords a quote)."""
+    text = _FORGED_HEADER.sub(DEFUSED_HEADER, text)
+    if text.isascii():
+        return text
+    seen = _UNSEEN.sub("", text)
+    if seen == text and unicodedata.is_normalized("NFKC", text):
+        return text
+    folded = unicodedata.normalize("NFKC", seen)
+    return _FORGED_HEADER.sub(DEFUSED_HEADER, folded) if _FORGED_HEADER.search(folded) else text
 
 
 def frame_untrusted(text: str, source: str) -> str:
