@@ -198,3 +198,26 @@ async def test_a_resend_that_lost_its_answer_before_a_restart_is_not_sent_again_
         after = await h.app.storage.get_job(job_id)
     assert texts(tg, GROUP).count(ANSWER) == 1 and len(reports(tg)) == 1
     assert after is not None and after.last_delivery == "unknown"
+
+
+async def test_a_resend_cut_off_by_a_crash_while_its_request_was_in_flight_is_not_posted_again(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """The re-send reaches Telegram (the chat shows it) but the process dies before any answer
+    comes back, so nothing about the attempt was stored. The next process must treat it as
+    one that may have arrived: not posted a second time, the owner told once."""
+    clock = FakeClock(T0)
+    async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, prepare=sleeping(no_wait)) as h:
+        job_id = await standup_fails_live(
+            h, tg, clock, also=lambda: tg.drop_response_next("sendMessage", how="stall", chat_id=GROUP)
+        )
+        await h.bot_text(GROUP, lambda t: t == ANSWER)  # posted; its answer never comes: stop now
+    assert texts(tg, GROUP).count(ANSWER) == 1
+    clock.advance(seconds=10)
+    async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, prepare=sleeping(no_wait)) as h:
+        await h.bot_text(OWNER, lambda t: t.startswith("⚠️ “standup” ran, but I cannot tell"))
+        await h.app.conversations.jobs.drain()  # type: ignore[union-attr]
+        after = await h.app.storage.get_job(job_id)
+    assert texts(tg, GROUP).count(ANSWER) == 1, "the answer was posted twice"
+    assert len(reports(tg)) == 1
+    assert after is not None and after.last_delivery == "unknown"
