@@ -202,3 +202,41 @@ async def test_fetch_gap_answers_the_newest_within_the_bounds_and_counts_the_res
     assert gap.more and gap.older >= 1 + 3  # m3..m5 were never read: "at least"
     everything = await fetch_gap(channel, cursor, now + timedelta(seconds=1), CatchUp(max_messages=100))
     assert [m.content for m in everything.messages] == [f"m{n}" for n in range(9)] and everything.older == 1
+
+
+async def test_a_message_the_inbox_failed_to_store_is_fetched_again_though_a_later_one_was_stored(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """The database refuses the first message of a gap (locked for a moment); the second is
+    stored and answered. The channel's cursor must not pass the first: the next session
+    fetches it again and it is answered, once."""
+    echo(fake_api)
+    dm = dc.dm_channel(OWNER)
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        dc.say(dm, OWNER, "hello")
+        await h.bot_text(dm, lambda t: t == "answer to hello")
+        await settled(h)
+    dc.say(dm, OWNER, "first while down")
+    dc.say(dm, OWNER, "second while down")
+
+    def lock_once(app) -> None:  # noqa: ANN001
+        receive, failed = app.storage.receive_inbound, []
+
+        async def flaky(message):  # noqa: ANN001, ANN202
+            if not failed and "first while down" in message.text:
+                failed.append(message)
+                raise sqlite3.OperationalError("database is locked")
+            return await receive(message)
+
+        app.storage.receive_inbound = flaky
+
+    async with running(tmp_path, dc, fake_api, paced=False, prepare=lock_once) as h:
+        await h.bot_text(dm, lambda t: t == "answer to second while down")
+        await h.adapter.caught_up()
+        await settled(h)
+    assert "answer to first while down" not in answers(dc, dm)
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        await h.bot_text(dm, lambda t: t == "answer to first while down", timeout=20)
+        await h.adapter.caught_up()
+        await settled(h)
+    assert answers(dc, dm) == ["answer to hello", "answer to second while down", "answer to first while down"]
