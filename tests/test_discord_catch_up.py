@@ -92,6 +92,25 @@ async def test_a_mention_in_an_allowed_channels_thread_while_stopped_is_answered
     assert "@roost thread question" in answer and not answers(dc, CHANNEL)
 
 
+async def test_a_mention_in_a_thread_created_while_stopped_is_answered_in_the_thread(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """The thread did not exist when Roost stopped, so it has no cursor of its own: its
+    channel's cursor bounds it (every message in it is newer than the thread), instead of
+    the thread counting as first seen now and its mention being lost without a word."""
+    echo(fake_api)
+    async with running(tmp_path, dc, fake_api, paced=False):
+        pass  # the channel is known: its cursor starts here
+    dc.add_thread(THREAD, CHANNEL)
+    dc.say(THREAD, MEMBER, "<@900000000000000001> new thread question", mention_bot=True)
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        await dc.await_for(lambda: answers(dc, THREAD) or None, 20)
+        await h.adapter.caught_up()
+        await settled(h)
+    (answer,) = answers(dc, THREAD)
+    assert "@roost new thread question" in answer and not answers(dc, CHANNEL)
+
+
 async def test_a_message_in_the_gap_of_a_refused_resume_is_answered_once(
     tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
 ) -> None:

@@ -87,6 +87,8 @@ class SessionCatchUp:
         missed: list[str] = []
         for channel_id, channel in channels.items():
             cursor = self.cursors.get(channel_id)
+            if cursor is None and isinstance(channel, discord.Thread):
+                cursor = self.cursors.get(str(channel.parent_id))  # made since: newer than its channel's cursor
             if cursor is None:  # first seen now: what came before is nobody's gap
                 self.cursors.note(channel_id, str(time_snowflake(now)))
                 continue
