@@ -6,9 +6,9 @@ the platform confirms it, so a restart resumes it (`resume`) instead of losing i
 attempt of one send carries the same key and nonce (`adapters.base.OnceSender`), so an
 attempt whose answer was lost is never simply repeated: the next attempt looks for it
 first, soon (Telegram's probe, in the process that made the attempt; Discord dedupes the
-nonce, for a few minutes); an attempt is stored as one that may have arrived before its
-request goes out, so a process dying mid-request leaves that for the next one to respect
-— and if whether it arrived cannot be found out, the send ends
+nonce, for a few minutes); an answer's attempt is stored as one that may have arrived
+before its request goes out, so a process dying mid-request leaves that for the next one
+to respect — and if whether it arrived cannot be found out, the send ends
 `unknown` and is never attempted again (a possibly missing message beats a duplicate). An
 answer that ends `failed` or `unknown` is reported to the owner, once (the report is stored
 in the same transaction that settles the answer).
@@ -145,9 +145,11 @@ class PendingSends:
             if isinstance(adapter, OnceSender):
                 since = send.uncertain_since
                 uncertain_for = None if since is None else max(0.0, (self.clock() - since).total_seconds())
-                if since is None:
-                    # Written ahead: a process that dies while this request is out leaves a
-                    # send that may have arrived, which the next one never repeats blindly.
+                if since is None and send.kind == "answer":
+                    # Written ahead: a process that dies while this request is out leaves an
+                    # answer that may have arrived, which the next one never repeats blindly
+                    # (the owner is told). A notice has nobody to be reported to: it is
+                    # attempted again, as a lost notice is worse than a repeated one.
                     await self.storage.send_attempted(
                         send.key, state="pending", attempts=send.attempts, uncertain_since=self.clock(),
                         next_at=send.next_at, reason=send.reason,
