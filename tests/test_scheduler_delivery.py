@@ -3,7 +3,8 @@ failures and restarts (Telegram; tests/test_scheduler_discord_delivery.py for Di
 
 Invariant: every answer or notice the scheduler sends is, after any sequence of failed
 sends, lost answers and restarts, either shown in its chat exactly once or reported to the
-owner exactly once — never silently dropped, never shown twice.
+owner exactly once — never silently dropped, never shown twice. A notice (the owner's own
+message: nobody to report it to) whose arrival cannot be told is sent again instead.
 """
 
 from __future__ import annotations
@@ -221,3 +222,27 @@ async def test_a_resend_cut_off_by_a_crash_while_its_request_was_in_flight_is_no
     assert texts(tg, GROUP).count(ANSWER) == 1, "the answer was posted twice"
     assert len(reports(tg)) == 1
     assert after is not None and after.last_delivery == "unknown"
+
+
+async def test_a_missed_run_notice_whose_send_was_lost_before_a_restart_still_reaches_the_owner(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """The notice's send loses its answer (here it never took effect) and the app restarts
+    before looking for it. The new process cannot look; an answer would then be reported to
+    the owner, but a notice *is* the owner's message: giving it up drops the run silently.
+    It is sent again (a repeated notice beats a lost one)."""
+    clock = FakeClock(T0)
+    missed = "⏰ Missed “pay rent” at Mon 23 Nov 09:00"
+    async with running_at(tmp_path, tg, fake_api, clock, timezone="UTC") as h:
+        await make_job(h, clock, OWNER, "ok", name="pay rent", prompt="remind me to pay rent", delay_minutes=60)
+    clock.advance(hours=26)  # beyond a one-off's grace of 24 h: skipped, the owner asked
+    tg.drop_response_next("sendMessage", chat_id=OWNER, apply=False)
+    parked = Parked()
+    async with running_at(tmp_path, tg, fake_api, clock, timezone="UTC", prepare=sleeping(parked)) as h:
+        await parked.wait()  # the look for the lost notice waits: stop the app now
+    assert not any(t.startswith(missed) for t in texts(tg, OWNER))
+    clock.advance(seconds=10)
+    async with running_at(tmp_path, tg, fake_api, clock, timezone="UTC", prepare=sleeping(no_wait)) as h:
+        await h.bot_text(OWNER, lambda t: t.startswith(missed))
+        await h.app.conversations.jobs.drain()  # type: ignore[union-attr]
+    assert [t.startswith(missed) for t in texts(tg, OWNER)].count(True) == 1
