@@ -11,8 +11,9 @@ the bound is told to the owner in one line (`ChannelCursors.report_missed`).
 
 Invariant: a cursor never passes a message that is not stored — the adapter notes a message
 only after `receive` returned for it, and a channel whose `receive` failed is held until the
-next session's catch-up reads it again (the inbox keeps what was stored once). Saving lags behind noting (`CursorKeeper` coalesces
-a burst into one write); a cursor lost to a crash is only older, never newer.
+next session's catch-up reads it again (the inbox keeps what was stored once). Saving lags
+behind noting (`CursorKeeper` coalesces a burst into one write); a cursor lost to a crash is
+only older, never newer.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -277,9 +278,8 @@ DISGUISED_HEADERS = [
 
 def _as_read(text: str) -> str:
     """`text` as a reader sees it: compatibility forms folded, invisible characters gone."""
-    import unicodedata
-
-    return unicodedata.normalize("NFKC", re.sub("[\u00ad\u200b-\u200f\u2060-\u2064\ufeff\ufe00-\ufe0f\U000e0000-\U000e007f]", "", text))
+    unseen = "[\u00ad\u200b-\u200f\u2060-\u2064\ufeff\ufe00-\ufe0f\U000e0000-\U000e007f]"
+    return unicodedata.normalize("NFKC", re.sub(unseen, "", text))
 
 
 @pytest.mark.parametrize("disguised", DISGUISED_HEADERS)
