@@ -314,8 +314,9 @@ async def test_workers_tool_calls_count_against_the_parent_runs_cap(
 # --- a grant bound to a script's content holds only while nothing else of the run can write ---
 
 
-async def _grant_always(h: Harness, fake_api: FakeAnthropic, command: str) -> None:
-    """The owner presses "Always" for `command` while task.sh is harmless."""
+async def _grant_always(h: Harness) -> None:
+    """The owner presses "Always" for `sh ./task.sh` (the model's first call) while task.sh
+    is harmless."""
     from tests.test_telegram_approvals import cards, press
 
     (h.workspace / "task.sh").write_text("echo harmless\n", encoding="utf-8")
@@ -342,7 +343,7 @@ async def test_a_granted_script_is_asked_again_while_a_background_worker_of_the_
         reply_text("ran it again"),
     )
     async with running(tmp_path, tg, fake_api, paced=False) as h:
-        await _grant_always(h, fake_api, "sh ./task.sh")
+        await _grant_always(h)
         tg.send_private(OWNER, "start the editor, then run the task")
         _, card = await cards(h, 2)  # without the rule: no card, the grant ran it unasked
         await press(h, card, "✅ Approve once")
@@ -366,7 +367,7 @@ async def test_a_granted_script_is_asked_for_in_a_worker_while_a_sibling_could_r
         reply_text("the runner is done"),
     )
     async with running(tmp_path, tg, fake_api, paced=False) as h:
-        await _grant_always(h, fake_api, "sh ./task.sh")
+        await _grant_always(h)
         tg.send_private(OWNER, "edit and run at once")
         _, card = await cards(h, 2)  # without the rule: no card, the worker ran it unasked
         assert "Worker “runner”" in (card.text or "")
