@@ -10,8 +10,10 @@ seen-update check keeps each message once, however often it is fetched. What lay
 the bound is told to the owner in one line (`ChannelCursors.report_missed`).
 
 Invariant: a cursor never passes a message that is not stored — the adapter notes a message
-only after `receive` returned for it. Saving lags behind noting (`CursorKeeper` coalesces
-a burst into one write); a cursor lost to a crash is only older, never newer.
+only after `receive` returned for it, and a channel whose `receive` failed is held until the
+next session's catch-up reads it again (the inbox keeps what was stored once). Saving lags
+behind noting (`CursorKeeper` coalesces a burst into one write); a cursor lost to a crash is
+only older, never newer.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class CursorKeeper:
         self._platform, self._store = platform, store
         self._cursors: dict[str, str] = {}
         self._dirty: dict[str, str] = {}
+        self._held: set[str] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -84,7 +87,18 @@ class CursorKeeper:
     def get(self, channel_id: str) -> str | None:
         return self._cursors.get(channel_id)
 
+    def hold(self, channel_id: str) -> None:
+        """A message of this channel may not be stored (the handler failed on it): its
+        cursor stays where it is until `release`, so a later message cannot carry it past."""
+        self._held.add(channel_id)
+
+    def release(self) -> None:
+        """A new session's catch-up reads every channel from its cursor again."""
+        self._held.clear()
+
     def note(self, channel_id: str, message_id: str) -> None:
+        if channel_id in self._held:
+            return
         current = self._cursors.get(channel_id)
         if current is not None and int(current) >= int(message_id):
             return

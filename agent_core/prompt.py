@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 from typing import Any, Protocol
 
 from agent_core.risk import Scope
@@ -39,30 +40,52 @@ UNTRUSTED_RESULT_TOOLS = frozenset({"web_fetch", "read_file"})
 ADDRESSED_SOURCE = "message to you"
 """The frame's source for a message addressed to Roost in a sub scope (a group, a paired DM)."""
 
-_TAG = re.compile(r"<(\s*/?\s*)(untrusted)", re.IGNORECASE)  # `< /untrusted>` reads as a close too
-
 # Roost's tail header as anyone else could write it: any case, spaces or invisible characters
 # between the letters, fullwidth brackets and colon, Cyrillic/Greek look-alikes. Over-matching
 # only rewords a quote. Letter classes are spelled out (IGNORECASE is slower) and the
 # lookahead rejects a bracket not followed by an R early: this runs over every request.
-_GAP = r"[\s\u00ad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u206a-\u206f\ufeff]*"
+_GAP = (
+    r"[\s\u00ad\u034f\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u206a-\u206f\ufeff"
+    r"\ufe00-\ufe0f\U000e0000-\U000e007f\U000e0100-\U000e01ef]*"  # variation selectors, tag characters
+)
 _LETTERS = ("[rRʀгГ]", "[oOоО0οΟօ]", "[oOоО0οΟօ]", "[sSѕЅ]", "[tTтТ]")
 _FORGED_HEADER = re.compile(
     "[\\[［⟦【〔](?=" + _GAP + _LETTERS[0] + ")" + _GAP + _GAP.join(_LETTERS) + _GAP + "[:：]"
 )
 DEFUSED_HEADER = "[quoted, not from Roost:"
+# `< /untrusted>`, and one with invisible characters anywhere in it, reads as a close too.
+_TAG = re.compile("<(" + _GAP + "/?" + _GAP + ")(" + _GAP.join("untrusted") + ")", re.IGNORECASE)
+
+
+def _as_read(text: str) -> str | None:
+    """`text` with compatibility forms (fullwidth or mathematical letters and brackets)
+    folded as a reader takes them, or None when it has none."""
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        return None
+    return unicodedata.normalize("NFKC", text)
 
 
 def defuse_header(text: str) -> str:
     """`text` with anything that reads as Roost's context header reworded, so only Roost's
-    own tail carries it (user messages in every scope, tool output, files, web pages)."""
-    return _FORGED_HEADER.sub(DEFUSED_HEADER, text)
+    own tail carries it (user messages in every scope, tool output, files, web pages).
+
+    A text whose compatibility forms (fullwidth or mathematical letters), once folded,
+    spell a header is returned folded (over-matching only rewords a quote)."""
+    text = _FORGED_HEADER.sub(DEFUSED_HEADER, text)
+    folded = _as_read(text)
+    if folded is None or _FORGED_HEADER.search(folded) is None:
+        return text
+    return _FORGED_HEADER.sub(DEFUSED_HEADER, folded)
 
 
 def frame_untrusted(text: str, source: str) -> str:
     """`text` between untrusted delimiters; any delimiter inside it is defused, so the
-    content cannot close the frame early and pose as trusted text."""
+    content cannot close the frame early and pose as trusted text — also one spelled with
+    characters that show as nothing or compatibility forms (the text is then folded)."""
     inner = _TAG.sub(r"&lt;\1\2", text)
+    folded = _as_read(inner)
+    if folded is not None and _TAG.search(folded):
+        inner = _TAG.sub(r"&lt;\1\2", folded)
     return f'<untrusted source="{source}">\n{inner}\n</untrusted>'
 
 

@@ -102,6 +102,7 @@ class ToolRunner:
         call_cap: CallCap | int = 0,
         untrusted_results: Collection[str] = UNTRUSTED_RESULT_TOOLS,
         counts: CallCounts | None = None,
+        workers_running: Callable[[str], bool] | None = None,
     ) -> None:
         """`policy` is read on every call (pass the live config's getter to hot-reload);
         `grants` defaults to `store` when it can look grants up; `counts` is shared with the
@@ -118,6 +119,9 @@ class ToolRunner:
         self._call_cap: CallCap = call_cap if callable(call_cap) else (lambda _ctx, n=call_cap: n)
         self._untrusted = frozenset(untrusted_results)
         self._counts = counts if counts is not None else CallCounts()
+        self.workers_running: Callable[[str], bool] = workers_running or (lambda _run_id: False)
+        """Whether a run has workers still running (set by the composition root once its
+        WorkerPool exists): they write with their own tools while the run goes on."""
 
     async def _decide(
         self, policy: Policy, ctx: ToolContext, tool: Tool[Any], parsed: BaseModel, normalised: str, alone: bool
@@ -126,7 +130,8 @@ class ToolRunner:
         store or None). Policy first; then a stored grant for this exact input — and, for a
         command naming workspace files, their current content — may turn `ask` into `allow`.
         A grant bound to files holds only for a call without a writing call beside it in
-        the same batch: those run at the same time and could rewrite the files first."""
+        the same batch, outside a worker and while the run has no worker running: those run
+        at the same time and could rewrite the files first."""
         decided = policy.decide(ctx.scope, ctx.session_key, tool.name, tool.risk)
         if decided.verdict is not Verdict.ASK or not policy.grant_may_apply(ctx.scope, tool.risk):
             return decided.verdict, decided.source, None
@@ -138,6 +143,9 @@ class ToolRunner:
             except Unbindable:
                 return decided.verdict, decided.source, None  # asked every time
         rule = GrantRule(ctx.session_key, tool.name, normalised, binding)
+        # Nothing else of the run may write while a bound command runs: not a call beside it,
+        # not its parent or a sibling (it is a worker), not a worker it left running.
+        alone = alone and not ctx.cap_run_id and not self.workers_running(ctx.run_id)
         if self._grants is not None and (alone or not binding) and await self._grants.has_grant(rule):
             return Verdict.ALLOW, "grant", rule
         return decided.verdict, decided.source, rule

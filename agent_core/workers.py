@@ -116,6 +116,11 @@ class WorkerPool:
     def running(self) -> int:
         return self._running
 
+    def has_running(self, run_id: str) -> bool:
+        """Whether `run_id` has a worker still running (it may write files at any moment)."""
+        family = self._families.get(run_id)
+        return family is not None and any(w.task is not None and not w.task.done() for w in family.workers.values())
+
     def start(self, ctx: ToolContext, name: str, task: str, context: str = "",
               tools: Iterable[str] | None = None, max_turns: int | None = None,
               timeout_s: float | None = None) -> WorkerRecord:  # fmt: skip

@@ -267,6 +267,7 @@ async def build(
             between_turns=run_budget,
         )
         stack.push_async_callback(workers.aclose)
+        runner.workers_running = workers.has_running  # while they run, a grant bound to files does not hold
         registry.register(make_spawn_tool(workers))
 
         log_cutoffs = LogCutoffs(root)  # today's log as of the conversation's start (cache hits)

@@ -92,6 +92,25 @@ async def test_a_mention_in_an_allowed_channels_thread_while_stopped_is_answered
     assert "@roost thread question" in answer and not answers(dc, CHANNEL)
 
 
+async def test_a_mention_in_a_thread_created_while_stopped_is_answered_in_the_thread(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """The thread did not exist when Roost stopped, so it has no cursor of its own: its
+    channel's cursor bounds it (every message in it is newer than the thread), instead of
+    the thread counting as first seen now and its mention being lost without a word."""
+    echo(fake_api)
+    async with running(tmp_path, dc, fake_api, paced=False):
+        pass  # the channel is known: its cursor starts here
+    dc.add_thread(THREAD, CHANNEL)
+    dc.say(THREAD, MEMBER, "<@900000000000000001> new thread question", mention_bot=True)
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        await dc.await_for(lambda: answers(dc, THREAD) or None, 20)
+        await h.adapter.caught_up()
+        await settled(h)
+    (answer,) = answers(dc, THREAD)
+    assert "@roost new thread question" in answer and not answers(dc, CHANNEL)
+
+
 async def test_a_message_in_the_gap_of_a_refused_resume_is_answered_once(
     tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
 ) -> None:
@@ -202,3 +221,41 @@ async def test_fetch_gap_answers_the_newest_within_the_bounds_and_counts_the_res
     assert gap.more and gap.older >= 1 + 3  # m3..m5 were never read: "at least"
     everything = await fetch_gap(channel, cursor, now + timedelta(seconds=1), CatchUp(max_messages=100))
     assert [m.content for m in everything.messages] == [f"m{n}" for n in range(9)] and everything.older == 1
+
+
+async def test_a_message_the_inbox_failed_to_store_is_fetched_again_though_a_later_one_was_stored(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    """The database refuses the first message of a gap (locked for a moment); the second is
+    stored and answered. The channel's cursor must not pass the first: the next session
+    fetches it again and it is answered, once."""
+    echo(fake_api)
+    dm = dc.dm_channel(OWNER)
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        dc.say(dm, OWNER, "hello")
+        await h.bot_text(dm, lambda t: t == "answer to hello")
+        await settled(h)
+    dc.say(dm, OWNER, "first while down")
+    dc.say(dm, OWNER, "second while down")
+
+    def lock_once(app) -> None:  # noqa: ANN001
+        receive, failed = app.storage.receive_inbound, []
+
+        async def flaky(message):  # noqa: ANN001, ANN202
+            if not failed and "first while down" in message.text:
+                failed.append(message)
+                raise sqlite3.OperationalError("database is locked")
+            return await receive(message)
+
+        app.storage.receive_inbound = flaky
+
+    async with running(tmp_path, dc, fake_api, paced=False, prepare=lock_once) as h:
+        await h.bot_text(dm, lambda t: t == "answer to second while down")
+        await h.adapter.caught_up()
+        await settled(h)
+    assert "answer to first while down" not in answers(dc, dm)
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        await h.bot_text(dm, lambda t: t == "answer to first while down", timeout=20)
+        await h.adapter.caught_up()
+        await settled(h)
+    assert answers(dc, dm) == ["answer to hello", "answer to second while down", "answer to first while down"]

@@ -3,7 +3,8 @@ failures and restarts (Telegram; tests/test_scheduler_discord_delivery.py for Di
 
 Invariant: every answer or notice the scheduler sends is, after any sequence of failed
 sends, lost answers and restarts, either shown in its chat exactly once or reported to the
-owner exactly once — never silently dropped, never shown twice.
+owner exactly once — never silently dropped, never shown twice. A notice (the owner's own
+message: nobody to report it to) whose arrival cannot be told is sent again instead.
 """
 
 from __future__ import annotations
@@ -198,3 +199,50 @@ async def test_a_resend_that_lost_its_answer_before_a_restart_is_not_sent_again_
         after = await h.app.storage.get_job(job_id)
     assert texts(tg, GROUP).count(ANSWER) == 1 and len(reports(tg)) == 1
     assert after is not None and after.last_delivery == "unknown"
+
+
+async def test_a_resend_cut_off_by_a_crash_while_its_request_was_in_flight_is_not_posted_again(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """The re-send reaches Telegram (the chat shows it) but the process dies before any answer
+    comes back, so nothing about the attempt was stored. The next process must treat it as
+    one that may have arrived: not posted a second time, the owner told once."""
+    clock = FakeClock(T0)
+    async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, prepare=sleeping(no_wait)) as h:
+        job_id = await standup_fails_live(
+            h, tg, clock, also=lambda: tg.drop_response_next("sendMessage", how="stall", chat_id=GROUP)
+        )
+        await h.bot_text(GROUP, lambda t: t == ANSWER)  # posted; its answer never comes: stop now
+    assert texts(tg, GROUP).count(ANSWER) == 1
+    clock.advance(seconds=10)
+    async with running_at(tmp_path, tg, fake_api, clock, policy=GROUP_WRITES, prepare=sleeping(no_wait)) as h:
+        await h.bot_text(OWNER, lambda t: t.startswith("⚠️ “standup” ran, but I cannot tell"))
+        await h.app.conversations.jobs.drain()  # type: ignore[union-attr]
+        after = await h.app.storage.get_job(job_id)
+    assert texts(tg, GROUP).count(ANSWER) == 1, "the answer was posted twice"
+    assert len(reports(tg)) == 1
+    assert after is not None and after.last_delivery == "unknown"
+
+
+async def test_a_missed_run_notice_whose_send_was_lost_before_a_restart_still_reaches_the_owner(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """The notice's send loses its answer (here it never took effect) and the app restarts
+    before looking for it. The new process cannot look; an answer would then be reported to
+    the owner, but a notice *is* the owner's message: giving it up drops the run silently.
+    It is sent again (a repeated notice beats a lost one)."""
+    clock = FakeClock(T0)
+    missed = "⏰ Missed “pay rent” at Mon 23 Nov 09:00"
+    async with running_at(tmp_path, tg, fake_api, clock, timezone="UTC") as h:
+        await make_job(h, clock, OWNER, "ok", name="pay rent", prompt="remind me to pay rent", delay_minutes=60)
+    clock.advance(hours=26)  # beyond a one-off's grace of 24 h: skipped, the owner asked
+    tg.drop_response_next("sendMessage", chat_id=OWNER, apply=False)
+    parked = Parked()
+    async with running_at(tmp_path, tg, fake_api, clock, timezone="UTC", prepare=sleeping(parked)) as h:
+        await parked.wait()  # the look for the lost notice waits: stop the app now
+    assert not any(t.startswith(missed) for t in texts(tg, OWNER))
+    clock.advance(seconds=10)
+    async with running_at(tmp_path, tg, fake_api, clock, timezone="UTC", prepare=sleeping(no_wait)) as h:
+        await h.bot_text(OWNER, lambda t: t.startswith(missed))
+        await h.app.conversations.jobs.drain()  # type: ignore[union-attr]
+    assert [t.startswith(missed) for t in texts(tg, OWNER)].count(True) == 1

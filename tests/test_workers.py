@@ -309,3 +309,67 @@ async def test_workers_tool_calls_count_against_the_parent_runs_cap(
         worker_requests = [r for r in fake_api.requests if "Task: read the parts" in r.body.decode()]
         assert "reached its limit of 3 tool calls" not in results_in(worker_requests[1].json)
         assert "Not run: this run reached its limit of 3 tool calls" in results_in(worker_requests[2].json)
+
+
+# --- a grant bound to a script's content holds only while nothing else of the run can write ---
+
+
+async def _grant_always(h: Harness) -> None:
+    """The owner presses "Always" for `sh ./task.sh` (the model's first call) while task.sh
+    is harmless."""
+    from tests.test_telegram_approvals import cards, press
+
+    (h.workspace / "task.sh").write_text("echo harmless\n", encoding="utf-8")
+    h.tg.send_private(OWNER, "run the task")
+    (card,) = await cards(h)
+    await press(h, card, "♾ Always in this session")
+    await h.bot_text(OWNER, lambda t: t == "ran it")
+
+
+async def test_a_granted_script_is_asked_again_while_a_background_worker_of_the_run_could_rewrite_it(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """A worker started with wait=false writes with its own tools while the parent goes on:
+    the parent's `sh ./task.sh` could run what the worker writes between the grant's check
+    and the shell reading the script, so the grant does not hold; the owner is asked."""
+    from tests.test_telegram_approvals import cards, press
+
+    fake_api.script_when(worker_turn("rewrite task.sh", 1), Stall(None))
+    fake_api.script(
+        reply_tools(ToolUse("exec", {"command": "sh ./task.sh"})),
+        reply_text("ran it"),
+        reply_tools(spawn("editor", "rewrite task.sh", wait=False)),
+        reply_tools(ToolUse("exec", {"command": "sh ./task.sh"})),
+        reply_text("ran it again"),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        await _grant_always(h)
+        tg.send_private(OWNER, "start the editor, then run the task")
+        _, card = await cards(h, 2)  # without the rule: no card, the grant ran it unasked
+        await press(h, card, "✅ Approve once")
+        await h.bot_text(OWNER, lambda t: t == "ran it again")
+
+
+async def test_a_granted_script_is_asked_for_in_a_worker_while_a_sibling_could_rewrite_it(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """A worker's batch is alone in the worker, not in the run: its parent and siblings
+    write at the same time, so a bound grant never holds in a worker."""
+    from tests.test_telegram_approvals import cards, press
+
+    fake_api.script_when(worker_turn("run the task", 1), reply_tools(ToolUse("exec", {"command": "sh ./task.sh"})))
+    fake_api.script_when(worker_turn("run the task", 2), reply_text("task ran"))
+    fake_api.script_when(worker_turn("rewrite task.sh", 1), Stall(None))
+    fake_api.script(
+        reply_tools(ToolUse("exec", {"command": "sh ./task.sh"})),
+        reply_text("ran it"),
+        reply_tools(spawn("editor", "rewrite task.sh", wait=False), spawn("runner", "run the task")),
+        reply_text("the runner is done"),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        await _grant_always(h)
+        tg.send_private(OWNER, "edit and run at once")
+        _, card = await cards(h, 2)  # without the rule: no card, the worker ran it unasked
+        assert "Worker “runner”" in (card.text or "")
+        await press(h, card, "✅ Approve once")
+        await h.bot_text(OWNER, lambda t: t == "the runner is done")

@@ -295,7 +295,12 @@ class DiscordAdapter(StartsOnce):
         inbound = to_inbound(message, self._me)
         if inbound is not None:
             self._channels.add(channel)
-            await self._in_order(channel, self._handler.receive(inbound))
+            try:
+                await self._in_order(channel, self._handler.receive(inbound))
+            except BaseException:
+                if self._catch_up is not None:  # it may not be stored: no later one moves past it
+                    self._catch_up.cursors.hold(channel)
+                raise
         if self._catch_up is not None:
             self._catch_up.cursors.note(channel, str(message.id))
 

@@ -81,11 +81,14 @@ class SessionCatchUp:
 
     async def _fetch_and_take(self, client: discord.Client) -> None:
         now = self._now()
+        self.cursors.release()  # what a failed message held back is read again now
         channels = await watched_channels(client, await self._store.watched("discord"))
         fetched: list[discord.Message] = []
         missed: list[str] = []
         for channel_id, channel in channels.items():
             cursor = self.cursors.get(channel_id)
+            if cursor is None and isinstance(channel, discord.Thread):
+                cursor = self.cursors.get(str(channel.parent_id))  # made since: newer than its channel's cursor
             if cursor is None:  # first seen now: what came before is nobody's gap
                 self.cursors.note(channel_id, str(time_snowflake(now)))
                 continue

@@ -6,10 +6,13 @@ the platform confirms it, so a restart resumes it (`resume`) instead of losing i
 attempt of one send carries the same key and nonce (`adapters.base.OnceSender`), so an
 attempt whose answer was lost is never simply repeated: the next attempt looks for it
 first, soon (Telegram's probe, in the process that made the attempt; Discord dedupes the
-nonce, for a few minutes) — and if whether it arrived cannot be found out, the send ends
+nonce, for a few minutes); an answer's attempt is stored as one that may have arrived
+before its request goes out, so a process dying mid-request leaves that for the next one
+to respect — and if whether it arrived cannot be found out, the send ends
 `unknown` and is never attempted again (a possibly missing message beats a duplicate). An
 answer that ends `failed` or `unknown` is reported to the owner, once (the report is stored
-in the same transaction that settles the answer).
+in the same transaction that settles the answer). A notice or a report, which nobody could
+be told about, is sent again instead when that cannot be found out.
 
 Timing: attempts wait on an injected clock and sleep (`next_at` is stored, so a restart
 waits only what is left). Answers: attempts after 10 s, 60 s, 5 min. Notices: at once, then
@@ -142,15 +145,28 @@ class PendingSends:
                 raise RuntimeError(f"{send.platform} is not running")
             if isinstance(adapter, OnceSender):
                 since = send.uncertain_since
-                uncertain_for = None if since is None else max(0.0, (self.clock() - since).total_seconds())
+                # A notice or report has nobody to be reported to: when whether an earlier
+                # attempt arrived cannot be found out, it is sent again (a lost notice drops a
+                # run silently; a repeated one does not), so it is never passed as uncertain.
+                uncertain_for = (
+                    None if since is None or send.kind != "answer" else max(0.0, (self.clock() - since).total_seconds())
+                )
+                if since is None and send.kind == "answer":
+                    # Written ahead: a process that dies while this request is out leaves an
+                    # answer that may have arrived, which the next one never repeats blindly
+                    # (the owner is told).
+                    await self.storage.send_attempted(
+                        send.key, state="pending", attempts=send.attempts, uncertain_since=self.clock(),
+                        next_at=send.next_at, reason=send.reason,
+                    )
                 await adapter.send_once(target, send.text, send.nonce, buttons=buttons, uncertain_for=uncertain_for)
             else:  # a platform that cannot lose an answer (the console)
                 await adapter.send_text(target, send.text, buttons=buttons)
-        except DeliveryUndecidable as exc:
-            log.warning("send.undecidable", extra={"send": send.key, "error": str(exc)})
-            await self._settle(send, "unknown", _reason(exc))
-            return True
         except Exception as exc:  # the platform's reason, kept for the owner's report
+            if isinstance(exc, DeliveryUndecidable) and send.kind == "answer":
+                log.warning("send.undecidable", extra={"send": send.key, "error": str(exc)})
+                await self._settle(send, "unknown", _reason(exc))
+                return True
             since = send.uncertain_since
             if since is None and isinstance(exc, DeliveryUnknown):
                 since = self.clock()

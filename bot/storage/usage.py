@@ -5,7 +5,7 @@ chat, an isolated job's chat) and its `requester` (the person who asked), wherev
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Select, func, or_, select
 from sqlalchemy.sql.elements import ColumnElement
@@ -19,8 +19,9 @@ class WindowUsage:
     run_starts: list[datetime]
     """Start times of the runs in the window, oldest first."""
     tokens: int
-    """Input + output tokens of those runs (a run still going counts what it has reported
-    between its turns)."""
+    """Input + output tokens of the runs that spent in the window (those runs, and one begun
+    before it that was still running in it); a run still going counts what it has reported
+    between its turns."""
 
 
 def _escape_like(text: str) -> str:
@@ -39,9 +40,17 @@ def _charged_to(account: str | None, with_topics: bool, requester: str | None) -
     return match
 
 
+LONGEST_RUN = timedelta(days=1)
+"""How far before a window a run that was still spending in it may have started."""
+
+
 def _tokens(match: ColumnElement[bool], since: datetime) -> Select[tuple[int]]:
+    """Tokens of the runs that spent in the window: started in it, or started before and
+    still running (or ended) in it. Such a run counts whole (its turns carry no times):
+    erring high keeps a run admitted before midnight from spending on unchecked after it."""
     spent = func.coalesce(func.sum(RunModel.input_tokens + RunModel.output_tokens), 0)
-    return select(spent).where(match, RunModel.started_at >= since)
+    in_window = or_(RunModel.started_at >= since, RunModel.finished_at.is_(None), RunModel.finished_at >= since)
+    return select(spent).where(match, RunModel.started_at >= since - LONGEST_RUN, in_window)
 
 
 class UsageRepository(RepositoryBase):
