@@ -121,7 +121,7 @@ class AgentLoop:
         # Per model: the history budget a "prompt is too long" taught us, so later runs fit
         # at once instead of paying a refused request each.
         self._learned_budget: dict[str, int] = {}
-        self._tool_defs: tuple[tuple[str, ...], list[dict[str, Any]]] | None = None
+        self._tool_defs: tuple[tuple[tuple[str, ...], int], list[dict[str, Any]]] | None = None
 
     async def run(self, request: RunRequest) -> AsyncIterator[Event]:
         """Yield the run's events: RunStarted first, RunFinished or RunFailed last.
@@ -173,7 +173,7 @@ class AgentLoop:
             state.taken = tool_use_ids(history)
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
-            tool_defs = self._tool_definitions()
+            tool_defs = self._tool_definitions(request.scope, request.session_key)
             ctx = self._tool_context(request)
             ctx.emit = emit  # tools such as `plan` report progress as typed events
             if self.compactor is not None:
@@ -364,12 +364,14 @@ class AgentLoop:
         laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
         return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
 
-    def _tool_definitions(self) -> list[dict[str, Any]]:
+    def _tool_definitions(self, scope: Scope, session_key: str) -> list[dict[str, Any]]:
         # Built once per tool set: copying every schema on every run cost milliseconds, and
-        # the same list keeps the cached prompt prefix byte-identical. Never mutated.
-        names = tuple(self._tools.names())
-        if self._tool_defs is None or self._tool_defs[0] != names:
-            self._tool_defs = (names, tool_definitions(self._tools.schemas()))
+        # the same list keeps the cached prompt prefix byte-identical. Never mutated. Only
+        # the tools offered to this scope (an MCP server a group was not given is left out).
+        names = tuple(self._tools.offered(scope, session_key))
+        key = (names, self._tools.version)
+        if self._tool_defs is None or self._tool_defs[0] != key:
+            self._tool_defs = (key, tool_definitions(self._tools.schemas_of(names)))
         return self._tool_defs[1]
 
     async def _finish(self, request: RunRequest, state: _RunState, status: str, stop_reason: str) -> None:

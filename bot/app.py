@@ -39,6 +39,7 @@ from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
+from bot.mcp_servers import McpManager
 from bot.platforms import group_admins
 from bot.ratelimits import RateLimiter, RunBudget
 from bot.roles import AccessManager
@@ -73,6 +74,8 @@ class Roost:
     scheduler: Scheduler | None = None
     breakers: Breakers | None = None
     """The process's circuit breakers, one per model (shown by /status)."""
+    mcp: McpManager | None = None
+    """MCP servers' connections (their tools are in the agent's registry)."""
 
     def load_model_client(self) -> None:
         """Start loading the SDK in the background (call once adapters are connected)."""
@@ -217,7 +220,14 @@ async def build(
         for record in expired_at_start:
             log.info("approval.expired_at_start", extra={"approval": record.id})
         # [policy] and [limits] of roost.toml, hot-reloaded; everything below reads them live.
-        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=registry.names())
+        live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits, known_tools=registry.names(),
+                          mcp=settings.mcp)  # fmt: skip
+        # MCP servers connect in the background (start-up never waits); their tools join the
+        # registry as they connect, offered and decided by the live policy.
+        mcp = McpManager(registry, lambda: live.policy, stderr_dir=settings.home_dir / "logs" / "mcp")
+        stack.push_async_callback(mcp.aclose)
+        await mcp.apply(settings.mcp)
+        live.on_mcp = mcp.apply
         await live.start()
         stack.push_async_callback(live.aclose)
         call_counts = CallCounts()  # a run's tool calls and its workers' count against one cap
@@ -329,5 +339,5 @@ async def build(
             stack.push_async_callback(scheduler.aclose)
         yield Roost(
             settings, storage, conversations, agent, gate, memory, lazy, expired_at_start, live, scheduler=scheduler,
-            breakers=breakers,
+            breakers=breakers, mcp=mcp,
         )

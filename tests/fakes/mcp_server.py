@@ -1,0 +1,98 @@
+"""A real MCP server for the tests, built with the SDK's server side (`MCPServer`, the
+former FastMCP): run as a stdio child or a streamable-HTTP server on 127.0.0.1.
+
+    python -m tests.fakes.mcp_server --record calls.jsonl [--http PORT] [--name notes]
+
+Every call is appended to the record file (one JSON line) *before* it runs, so a test can
+prove a denied call never reached the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.utilities.types import Image
+
+# A 1×1 PNG: the smallest image block the strict fake Messages API accepts.
+PNG_1PX = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+def build(name: str, record: Path) -> MCPServer:
+    server = MCPServer(name)
+
+    def note(tool: str, **args: object) -> None:
+        with record.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": tool, "args": args, "pid": os.getpid()}) + "\n")
+
+    @server.tool(description="Search the notes for a query.")
+    def search(query: str, limit: int = 5) -> str:
+        note("search", query=query, limit=limit)
+        return f"found 1 note for {query!r}: 'buy milk'"
+
+    @server.tool(description="Get one note by id.")
+    def get_note(id: int) -> str:
+        note("get_note", id=id)
+        return f"note {id}: buy milk"
+
+    @server.tool(description="Delete a note.")
+    def delete_note(id: int) -> str:
+        note("delete_note", id=id)
+        return "deleted"
+
+    @server.tool(description="A picture of the note.")
+    def picture() -> Image:
+        note("picture")
+        return Image(data=PNG_1PX, format="png")
+
+    @server.tool(description="Sleep for a while.")
+    async def slow(seconds: float) -> str:
+        note("slow", seconds=seconds)
+        await asyncio.sleep(seconds)
+        return "woke up"
+
+    @server.tool(description="Fail on purpose.")
+    def broken() -> str:
+        note("broken")
+        raise ValueError("the notes database is locked")
+
+    @server.tool(description="The names of the environment variables this server sees.")
+    def environment() -> str:
+        note("environment")
+        return json.dumps(sorted(os.environ))
+
+    @server.tool(description="The value of one environment variable (to prove it is redacted).")
+    def echo_env(name: str) -> str:
+        note("echo_env", name=name)
+        return f"{name}={os.environ.get(name, '')}"
+
+    @server.tool(description="Exit the server process at once.")
+    def crash() -> str:
+        note("crash")
+        os._exit(3)
+
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--record", type=Path, required=True)
+    parser.add_argument("--http", type=int, default=0, help="serve streamable HTTP on this port")
+    parser.add_argument("--name", default="notes")
+    args = parser.parse_args()
+    server = build(args.name, args.record)
+    if args.http:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""MCP connections against real servers (the SDK's own server side, tests/fakes/mcp_server.py)
+over stdio and streamable HTTP: reconnect and retry once, timeouts, a child's environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from agent_core.policy import Policy
+from agent_core.risk import Risk, Scope
+from agent_core.tools import ToolContext, ToolError, ToolRegistry
+from bot.mcp_servers import McpManager, input_schema, tool_name
+from bot.mcp_settings import McpSettings
+from tests.mcp_support import calls, free_port, http_server, listening, settled, stdio_server
+
+SECRET = "s3cret-notes-token-4711"
+
+
+def ctx(tmp_path: Path) -> ToolContext:
+    return ToolContext("main", Scope.MAIN, tmp_path)
+
+
+async def invoke(registry: ToolRegistry, name: str, args: dict, tmp_path: Path):  # noqa: ANN201
+    tool = registry.get(name)
+    assert tool is not None, f"{name} not registered: {registry.names()}"
+    return await tool.func(tool.input_model.model_validate(args), ctx(tmp_path))
+
+
+def settings(**servers: dict) -> McpSettings:
+    return McpSettings.model_validate({"servers": servers})
+
+
+async def test_a_stdio_server_that_exits_is_restarted_and_the_call_retried_once(tmp_path: Path) -> None:
+    record = tmp_path / "calls.jsonl"
+    registry = ToolRegistry()
+    manager = McpManager(registry, Policy, backoff_min_s=0.05)
+    try:
+        await manager.apply(settings(notes=stdio_server(record)))
+        assert await settled(manager, "notes") == "connected"
+        await invoke(registry, "mcp__notes__search", {"query": "one"}, tmp_path)
+        first_pid = calls(record)[0]["pid"]
+        os.kill(first_pid, signal.SIGKILL)  # the server dies between two calls
+
+        out = await invoke(registry, "mcp__notes__search", {"query": "two"}, tmp_path)
+        assert "'two'" in out.text
+        searches = [c for c in calls(record) if c["tool"] == "search"]
+        assert [c["args"]["query"] for c in searches] == ["one", "two"]
+        assert searches[1]["pid"] != first_pid and manager.links["notes"].connects == 2
+    finally:
+        await manager.aclose()
+
+
+async def test_the_http_server_restarted_mid_session_is_reconnected_and_the_call_succeeds(tmp_path: Path) -> None:
+    record, port = tmp_path / "calls.jsonl", free_port()
+    registry = ToolRegistry()
+    manager = McpManager(registry, Policy, backoff_min_s=0.05)
+    try:
+        with http_server(record, port):
+            await listening(port)
+            await manager.apply(settings(notes={"url": f"http://127.0.0.1:{port}/mcp", "timeout_s": 20}))
+            assert await settled(manager, "notes") == "connected"
+            await invoke(registry, "mcp__notes__search", {"query": "before"}, tmp_path)
+        # Killed; a new process on the same port knows nothing of the old session.
+        with http_server(record, port):
+            await listening(port)
+            out = await invoke(registry, "mcp__notes__search", {"query": "after"}, tmp_path)
+        assert "'after'" in out.text
+        assert [c["args"]["query"] for c in calls(record)] == ["before", "after"]
+        assert manager.links["notes"].connects == 2
+    finally:
+        await manager.aclose()
+
+
+
+
+async def test_a_stdio_child_sees_only_its_own_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-roost-own-key")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456:roost-own-telegram-token-abcdefghijkl")
+    monkeypatch.setenv("NOTES_TOKEN_SOURCE", SECRET)
+    record = tmp_path / "calls.jsonl"
+    registry = ToolRegistry()
+    manager = McpManager(registry, Policy)
+    try:
+        await manager.apply(settings(notes=stdio_server(record, env={"NOTES_TOKEN": "${NOTES_TOKEN_SOURCE}"})))
+        assert await settled(manager, "notes") == "connected"
+        names = json.loads((await invoke(registry, "mcp__notes__environment", {}, tmp_path)).text.split("\n")[1])
+        assert "NOTES_TOKEN" in names
+        assert not {"ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN", "NOTES_TOKEN_SOURCE"} & set(names)
+        # The value it was given reaches the server but never comes back to the model.
+        echoed = (await invoke(registry, "mcp__notes__echo_env", {"name": "NOTES_TOKEN"}, tmp_path)).text
+        assert SECRET not in echoed and "NOTES_TOKEN=[redacted]" in echoed
+        # Its own process group: ending Roost's group never races the child's.
+        pid = calls(record)[0]["pid"]
+        assert os.getpgid(pid) == pid
+    finally:
+        await manager.aclose()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # ended with Roost
+
+
+async def test_an_unset_variable_fails_the_server_with_one_line_naming_it(tmp_path: Path) -> None:
+    registry = ToolRegistry()
+    manager = McpManager(registry, Policy)
+    try:
+        await manager.apply(settings(gh=stdio_server(tmp_path / "r", env={"GITHUB_TOKEN": "${ROOST_TEST_UNSET_VAR}"})))
+        assert await settled(manager, "gh") == "failed"
+        (state,) = manager.states()
+        assert state.error == "env.GITHUB_TOKEN: ${ROOST_TEST_UNSET_VAR} is not set in Roost's environment"
+        assert registry.names() == []
+        with pytest.raises(ToolError):
+            await manager.links["gh"].call("search", {}, 0.5)
+    finally:
+        await manager.aclose()
+
+
+async def test_filters_risks_and_names(tmp_path: Path) -> None:
+    record = tmp_path / "calls.jsonl"
+    registry = ToolRegistry()
+    manager = McpManager(registry, Policy)
+    try:
+        config = stdio_server(record, tools={"include": ["search", "get_*", "delete_*"], "exclude": ["delete_*"]},
+                              risk="read", risk_of={"get_note": "write"})  # fmt: skip
+        await manager.apply(settings(notes=config))
+        assert await settled(manager, "notes") == "connected"
+        assert registry.names() == ["mcp__notes__search", "mcp__notes__get_note"]
+        assert registry.get("mcp__notes__search").risk is Risk.READ
+        assert registry.get("mcp__notes__get_note").risk is Risk.WRITE
+        # A removed server's tools leave the registry and its child is ended.
+        await manager.apply(settings())
+        assert registry.names() == [] and manager.states() == []
+    finally:
+        await manager.aclose()
+
+
+def test_names_and_schemas_fit_the_messages_api() -> None:
+    import re
+
+    assert tool_name("notes", "search") == "mcp__notes__search"
+    odd = tool_name("notes", "read file/v2.1")
+    assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", odd)
+    long_a, long_b = tool_name("notes", "x" * 80 + "a"), tool_name("notes", "x" * 80 + "b")
+    assert len(long_a) <= 64 and long_a != long_b
+    schema = input_schema({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "T",
+                           "anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "string"}}})  # fmt: skip
+    assert schema == {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert input_schema(None) == {"type": "object", "properties": {}}
