@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from bot import cli_access, cli_audit, cli_grants, cli_jobs, cli_status
+from bot import cli_access, cli_audit, cli_grants, cli_jobs, cli_mcp, cli_status
 from bot.heap import freeze_long_lived
 from bot.settings import ConfigError, Settings, load_settings
 
@@ -66,6 +66,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "grants": cli_grants.run,
         "jobs": cli_jobs.run,
         "status": cli_status.run,
+        "mcp": cli_mcp.run,
     }[args.command]
     try:
         return asyncio.run(handler(settings, args))
@@ -110,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     cli_grants.add_parser(sub)
     cli_jobs.add_parser(sub)
     cli_status.add_parser(sub)
+    cli_mcp.add_parser(sub)
     return parser
 
 

@@ -173,6 +173,18 @@ class ServerLink:
                 await asyncio.wait({task})
         self.state = "stopped"
 
+    async def settled(self, timeout_s: float, *, connects: int = 1) -> str:
+        """Wait until the server connected `connects` times, or failed; returns its state
+        (still "connecting" when `timeout_s` ran out)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                async with self._changed:
+                    await self._changed.wait_for(
+                        lambda: (self.state == "connected" and self.connects >= connects)
+                        or self.state in ("failed", "disabled", "stopped")
+                    )
+        return self.state
+
     def snapshot(self) -> ServerState:
         return ServerState(self.name, self.config.transport, self.state, len(self.tools), self.error)
 

@@ -64,10 +64,4 @@ async def listening(port: int, timeout_s: float = WAIT_S) -> None:
 
 async def settled(manager: McpManager, name: str, *, connects: int = 1, timeout_s: float = WAIT_S) -> str:
     """Wait until the server connected `connects` times or failed; returns its state."""
-    link = manager.links[name]
-    async with asyncio.timeout(timeout_s):
-        async with link._changed:
-            await link._changed.wait_for(
-                lambda: (link.state == "connected" and link.connects >= connects) or link.state == "failed"
-            )
-    return link.state
+    return await manager.links[name].settled(timeout_s, connects=connects)
