@@ -327,6 +327,7 @@ async def build(
         stack.push_async_callback(conversations.aclose)
         conversations.lanes.load_modes(await storage.queue_modes())  # each session's /queue choice
         conversations.breakers = breakers
+        conversations.mcp_states = mcp.states
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
         conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)

@@ -39,6 +39,17 @@ def state_line(state: ServerState, config: McpServerSettings) -> str:
     return f"{line}\n    last error: {state.error}" if state.error else line
 
 
+async def probe(mcp: McpSettings) -> list[ServerState]:
+    """Connect to every server once (concurrently, at most CONNECT_WAIT_S) and report."""
+    manager = McpManager(ToolRegistry(), Policy, backoff_min_s=CONNECT_WAIT_S)
+    try:
+        await manager.apply(mcp)
+        await asyncio.gather(*(link.settled(CONNECT_WAIT_S) for link in manager.links.values()))
+        return manager.states()
+    finally:
+        await manager.aclose()
+
+
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     servers = settings.mcp.servers
     if args.mcp_command == "list":

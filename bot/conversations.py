@@ -145,6 +145,8 @@ class Conversations:
         """Where the prompt's copy of today's log stops (set by bot.app): /new resets it."""
         self.breakers: Breakers | None = None
         """The process's model circuit breakers, for /status (set by bot.app)."""
+        self.mcp_states: Callable[[], list[Any]] | None = None
+        """MCP servers' states (bot.mcp_servers.ServerState), for the owner's /status."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:

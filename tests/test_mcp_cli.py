@@ -57,6 +57,19 @@ def test_mcp_list_tools_and_test_show_states_and_never_a_secret(tmp_path: Path) 
         assert SECRET not in result.stdout + result.stderr
 
 
+async def test_doctor_shows_each_servers_state(tmp_path: Path, monkeypatch) -> None:
+    from bot.doctor import run_checks
+    from bot.settings import Settings
+
+    monkeypatch.setenv("ROOST_TEST_MCP_SECRET", SECRET)
+    config = tmp_path / "roost.toml"
+    config.write_text(toml(tmp_path / "calls.jsonl", free_port()))
+    monkeypatch.setenv("ROOST_CONFIG", str(config))
+    (check,) = [c for c in await run_checks(Settings(home=tmp_path / "home")) if c.name == "mcp"]
+    assert check.status == "warn" and "notes connected (7 tools)" in check.detail and "gone failed" in check.detail
+    assert check.fix.startswith("roost mcp test gone") and SECRET not in check.detail
+
+
 def test_an_invalid_mcp_table_is_one_line_naming_the_key(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -81,6 +94,9 @@ async def test_hot_reload_adds_a_server_and_removing_it_ends_its_child(
         assert await settled(h.app.mcp, "notes") == "connected"
         tg.send_private(OWNER, "hello")
         await h.bot_text(OWNER, lambda t: "hello" in t)
+        await h.bot_text(OWNER, lambda t: "hello" in t)
+        tg.send_private(OWNER, "/status")
+        await h.bot_text(OWNER, lambda t: "MCP: notes connected (7 tools)" in t)
         offered = [t["name"] for t in fake_api.requests[0].json["tools"]]
         assert "mcp__notes__search" in offered and "mcp__notes__delete_note" not in offered
         await h.app.agent._tools.get("mcp__notes__search").func(  # the child's pid, from its record
