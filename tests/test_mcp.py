@@ -172,3 +172,27 @@ async def test_a_var_secret_never_reaches_logs_audit_requests_or_the_childs_neig
     assert all(SECRET not in r.body.decode() for r in fake_api.requests)
     assert SECRET not in caplog.text
     assert rows and all(SECRET not in f"{r}" for r in rows)
+
+
+async def test_a_worker_spawned_in_a_group_gets_the_servers_tools_under_the_groups_rules(
+    tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    record = tmp_path / "calls.jsonl"
+    server = stdio_server(record, risk_of={"search": "read"})
+    policy = {"groups": {f"telegram:{OTHER_GROUP}": {"mcp": ["notes"]}}}
+    fake_api.script(
+        reply_tools(ToolUse("spawn", {"name": "finder", "task": "search the notes for milk"})),
+        reply_tools(ToolUse("mcp__notes__search", {"query": "milk"}), ToolUse("mcp__notes__delete_note", {"id": 1})),
+        reply_text("worker found milk"),
+        reply_text("the worker found milk"),
+    )
+    async with running(
+        tmp_path, tg, fake_api, paced=False, mcp={"servers": {"notes": server}}, policy=policy
+    ) as h:
+        await connected(h)
+        tg.send_group(OTHER_GROUP, MEMBER, "find milk in the notes", mention=True)
+        await h.bot_text(OTHER_GROUP, lambda t: "the worker found milk" in t, timeout=30)
+    assert "mcp__notes__search" in offered(fake_api, 1)  # the worker's own request
+    search, delete = tool_results(fake_api, 2)
+    assert not search.get("is_error") and delete.get("is_error")  # exec still denied in the group
+    assert [c["tool"] for c in calls(record)] == ["search"]
