@@ -271,6 +271,8 @@ class AgentLoop:
             # The pinned goal and current step go after the cached prefix, fresh every turn.
             pinned = await self._pinned(request) if self._pinned is not None else ""
             turn_system = [*system, {"type": "text", "text": pinned}] if pinned else system
+            if ctx.loaded:  # find_tools loaded deferred schemas: offered from now on in this run
+                tool_defs = self._tool_definitions(request.scope, request.session_key, ctx.loaded)
             done = await self._model_turn(model, turn_system, tool_defs, messages, state, emit)
             state.usage = state.usage + done.usage
             if turn == 1 and self.compactor is not None:
@@ -364,11 +366,11 @@ class AgentLoop:
         laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
         return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
 
-    def _tool_definitions(self, scope: Scope, session_key: str) -> list[dict[str, Any]]:
+    def _tool_definitions(self, scope: Scope, session_key: str, loaded: set[str] | None = None) -> list[dict[str, Any]]:
         # Built once per tool set: copying every schema on every run cost milliseconds, and
         # the same list keeps the cached prompt prefix byte-identical. Never mutated. Only
         # the tools offered to this scope (an MCP server a group was not given is left out).
-        names = tuple(self._tools.offered(scope, session_key))
+        names = tuple(self._tools.offered(scope, session_key, loaded or ()))
         key = (names, self._tools.version)
         if self._tool_defs is None or self._tool_defs[0] != key:
             self._tool_defs = (key, tool_definitions(self._tools.schemas_of(names)))

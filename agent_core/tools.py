@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -64,6 +64,8 @@ class ToolContext:
     cap_run_id: str = ""
     """The run whose tool-call cap this call counts against when not its own (a worker's:
     the run that spawned it)."""
+    loaded: set[str] = field(default_factory=set)
+    """Deferred tools `find_tools` loaded in this run: offered from the next turn on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,8 @@ class Tool(Generic[I]):
     offered_to: Callable[[Scope, str], bool] | None = None
     """Whether the tool is offered to a run of (scope, session key); None → always. A tool
     not offered is also refused by the policy, this only keeps it out of the request."""
+    deferred: Callable[[], bool] | None = None
+    """True → the schema is sent only once `find_tools` loaded it in the run (many MCP tools)."""
 
     def schema(self) -> dict[str, Any]:
         schema = self.input_model.model_json_schema()
@@ -153,9 +157,22 @@ class ToolRegistry:
         self._tools = {**kept, **{t.name: t for t in new}}
         self._changed()
 
-    def offered(self, scope: Scope, session_key: str) -> list[str]:
-        """Names of the tools offered to a run of (scope, session), in registration order."""
-        return [n for n, t in self._tools.items() if t.offered_to is None or t.offered_to(scope, session_key)]
+    def offered(self, scope: Scope, session_key: str, loaded: Iterable[str] = ()) -> list[str]:
+        """Names of the tools offered to a run of (scope, session), in registration order: a
+        deferred tool only once loaded."""
+        loaded = set(loaded)
+        return [
+            n for n, t in self._tools.items()
+            if (t.offered_to is None or t.offered_to(scope, session_key))
+            and (t.deferred is None or n in loaded or not t.deferred())
+        ]  # fmt: skip
+
+    def deferred(self, scope: Scope, session_key: str) -> list[Tool[Any]]:
+        """The tools offered to (scope, session) whose schemas wait for `find_tools`."""
+        return [
+            t for t in self._tools.values()
+            if t.deferred is not None and t.deferred() and (t.offered_to is None or t.offered_to(scope, session_key))
+        ]  # fmt: skip
 
     def schemas_of(self, names: Iterable[str]) -> list[dict[str, Any]]:
         wanted = set(names)

@@ -322,6 +322,14 @@ class McpManager:
         self._backoff_min_s = backoff_min_s
         self.links: dict[str, ServerLink] = {}
         self.settings = McpSettings()
+        if registry.get("find_tools") is None:  # offered only while some schemas are deferred
+            from agent_core.builtin_tools.find_tools import make_find_tools_tool
+
+            registry.register(make_find_tools_tool(registry))
+
+    def lazy(self) -> bool:
+        """Whether MCP schemas wait for `find_tools`: more tools in all than `lazy_above`."""
+        return sum(len(link.tools) for link in self.links.values()) > self.settings.lazy_above
 
     def states(self) -> list[ServerState]:
         return [link.snapshot() for link in self.links.values()]
@@ -361,11 +369,13 @@ class McpManager:
             return  # replaced or removed meanwhile
         made = {}
         for t in tools:
-            made.setdefault(tool_name(link.name, t.name), make_tool(link, t, self._policy))
+            made.setdefault(tool_name(link.name, t.name), make_tool(link, t, self._policy, self.lazy))
         self._registry.replace_prefixed(f"{MCP_PREFIX}{link.name}__", made.values())
 
 
-def make_tool(link: ServerLink, listed: Any, policy: Callable[[], Policy]) -> Tool[Any]:
+def make_tool(
+    link: ServerLink, listed: Any, policy: Callable[[], Policy], deferred: Callable[[], bool] | None = None
+) -> Tool[Any]:
     server, remote = link.name, listed.name
     name = tool_name(server, remote)
     model = type(f"McpInput_{name}", (McpInput,), {"mcp_schema": input_schema(listed.input_schema)})
@@ -393,6 +403,7 @@ def make_tool(link: ServerLink, listed: Any, policy: Callable[[], Policy]) -> To
         timeout_s=timeout_s,
         describe_action=describe,
         offered_to=offered,
+        deferred=deferred,
     )
 
 

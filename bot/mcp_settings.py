@@ -122,7 +122,8 @@ class McpSettings(BaseModel):
 
     servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     lazy_above: int = Field(40, ge=0)
-    """Reserved: above this many MCP tools in all, schemas are loaded on demand."""
+    """Above this many MCP tools in all, their schemas are not sent every turn: the model
+    searches them with `find_tools`, which offers the matches for the rest of the run."""
 
     @field_validator("servers")
     @classmethod

@@ -196,3 +196,42 @@ async def test_a_worker_spawned_in_a_group_gets_the_servers_tools_under_the_grou
     search, delete = tool_results(fake_api, 2)
     assert not search.get("is_error") and delete.get("is_error")  # exec still denied in the group
     assert [c["tool"] for c in calls(record)] == ["search"]
+
+
+STANDARD = ["search", "get_note", "delete_note", "picture", "slow", "broken", "environment", "echo_env", "crash"]
+
+
+async def test_200_tools_send_a_tenth_of_their_schemas_and_find_tools_loads_the_one_needed(
+    tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    import json
+
+    record = tmp_path / "calls.jsonl"
+    servers = {
+        f"s{n}": {**stdio_server(record, risk="read", tools={"exclude": STANDARD}),
+                  "args": ["-m", "tests.fakes.mcp_server", "--record", str(record), "--many", "50", "--name", f"s{n}"]}
+        for n in range(4)
+    }  # fmt: skip
+    fake_api.script(
+        reply_tools(ToolUse("find_tools", {"query": "invoice record 31"})),
+        reply_tools(ToolUse("mcp__s2__invoice_031", {"item_id": "A-7"})),
+        reply_text("Invoice 31 is ok."),
+    )
+    async with running(tmp_path, tg, fake_api, paced=False, mcp={"servers": servers}) as h:
+        for name in servers:
+            await connected(h, name)
+        registry = h.app.agent._tools
+        full = sum(len(json.dumps(s)) for s in registry.schemas() if s["name"].startswith("mcp__"))
+        assert len([n for n in registry.names() if n.startswith("mcp__")]) == 200
+        tg.send_private(OWNER, "how is invoice 31 on s2?")
+        await h.says(OWNER, "Invoice 31 is ok.", timeout=30)
+    first = fake_api.requests[0].json["tools"]
+    sent = sum(len(json.dumps(t)) for t in first if t["name"].startswith("mcp__") or t["name"] == "find_tools")
+    assert sent <= full // 10, (sent, full)
+    assert "find_tools" in [t["name"] for t in first]
+    (found,) = tool_results(fake_api, 1)
+    assert "mcp__s2__invoice_031" in str(found["content"])
+    assert "mcp__s2__invoice_031" in offered(fake_api, 1)  # loaded for the rest of the run
+    (result,) = tool_results(fake_api, 2)
+    assert "invoice 31 for A-7: ok" in str(result["content"]) and not result.get("is_error")
+    assert [c["tool"] for c in calls(record)] == ["s2_invoice_031"]

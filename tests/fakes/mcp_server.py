@@ -25,8 +25,27 @@ PNG_1PX = base64.b64decode(
 )
 
 
-def build(name: str, record: Path) -> MCPServer:
+TOPICS = ("weather", "invoice", "calendar", "ticket", "deploy", "backup", "contact", "metric", "alert", "wiki")
+
+
+def build(name: str, record: Path, many: int = 0) -> MCPServer:
     server = MCPServer(name)
+    for i in range(many):  # a big server: many tools with realistic descriptions
+        topic = TOPICS[i % len(TOPICS)]
+
+        def make(i: int = i, topic: str = topic):  # noqa: ANN202
+            def lookup(item_id: str, region: str = "eu", verbose: bool = False, limit: int = 10) -> str:
+                note(f"{name}_{topic}_{i:03d}", item_id=item_id)
+                return f"{topic} {i} for {item_id}: ok"
+
+            return lookup
+
+        server.add_tool(
+            make(), name=f"{topic}_{i:03d}",
+            description=f"Look up a {topic} record number {i} by its id in the {name} system. Returns the "
+            f"record's fields, its history and related {topic} records; region selects the data centre, "
+            "verbose adds raw payloads, limit caps related records.",
+        )  # fmt: skip
 
     def note(tool: str, **args: object) -> None:
         with record.open("a", encoding="utf-8") as f:
@@ -86,8 +105,9 @@ def main() -> None:
     parser.add_argument("--record", type=Path, required=True)
     parser.add_argument("--http", type=int, default=0, help="serve streamable HTTP on this port")
     parser.add_argument("--name", default="notes")
+    parser.add_argument("--many", type=int, default=0, help="also serve this many generated tools")
     args = parser.parse_args()
-    server = build(args.name, args.record)
+    server = build(args.name, args.record, args.many)
     if args.http:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
     else:
