@@ -338,6 +338,9 @@ class McpManager:
         return self.settings.secret_values(self._environ)
 
     async def apply(self, settings: McpSettings) -> None:
+        from bot.logs import learn_secrets
+
+        learn_secrets(settings.secret_values(self._environ))  # before any connection can log them
         old, self.settings = self.links, settings
         self.links = {}
         for name, config in settings.servers.items():

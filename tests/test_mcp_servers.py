@@ -152,3 +152,24 @@ def test_names_and_schemas_fit_the_messages_api() -> None:
                            "anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "string"}}})  # fmt: skip
     assert schema == {"type": "object", "properties": {"a": {"type": "string"}}}
     assert input_schema(None) == {"type": "object", "properties": {}}
+
+
+async def test_a_secret_of_a_server_added_while_running_is_redacted_from_logs_and_audit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+
+    from bot.logs import RedactSecrets
+
+    secret = "hot-reloaded-s3cret-5521"
+    monkeypatch.setenv("ROOST_TEST_HOT_SECRET", secret)
+    redactor = RedactSecrets([])  # made at start-up, before the server existed
+    manager = McpManager(ToolRegistry(), Policy)
+    try:
+        await manager.apply(settings(late=stdio_server(tmp_path / "r", env={"T": "${ROOST_TEST_HOT_SECRET}"})))
+        record = logging.LogRecord("x", logging.INFO, __file__, 1, "token is %s", (secret,), None)
+        redactor.filter(record)
+        assert secret not in record.getMessage()
+        assert secret not in redactor.redact(f'{{"text": "{secret}"}}')  # the audit trail's redactor
+    finally:
+        await manager.aclose()
