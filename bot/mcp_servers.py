@@ -244,6 +244,12 @@ class ServerLink:
             )
             errlog = stack.enter_context(self._errlog())
             read, write = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        elif self.config.transport == "sse":
+            from mcp.client.sse import sse_client
+
+            url = _resolve(self.config.url or "", self._environ, "url")
+            headers = self.config.resolved_headers(self._environ)
+            read, write = await stack.enter_async_context(sse_client(url, headers=headers))
         else:
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client

@@ -5,7 +5,7 @@
 command = "npx"
 args = ["-y", "@modelcontextprotocol/server-github"]
 env = { GITHUB_TOKEN = "${GITHUB_TOKEN}" }   # ${VAR} from Roost's environment, at connect time
-[mcp.servers.notes]             # streamable HTTP
+[mcp.servers.notes]             # streamable HTTP (a url ending in /sse, or sse = true: the old HTTP+SSE)
 url = "http://127.0.0.1:9000/mcp"
 headers = { Authorization = "Bearer ${NOTES_TOKEN}" }
 tools = { include = ["search_*", "get_*"], exclude = ["delete_*"] }
@@ -67,6 +67,8 @@ class McpServerSettings(BaseModel):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = {}
+    sse: bool | None = None
+    """The old HTTP+SSE transport; None → when the url's path ends in /sse."""
     tools: ToolFilter = ToolFilter()
     risk: RiskName = "exec"
     risk_of: dict[str, RiskName] = {}
@@ -92,13 +94,16 @@ class McpServerSettings(BaseModel):
                 raise ValueError(f"url must start with http:// or https://, not {self.url[:20]!r}")
             if self.args or self.env or self.cwd:
                 raise ValueError("args, env and cwd are for a stdio server (command), not a url")
-        elif self.headers:
-            raise ValueError("headers are for a url server, not a stdio command")
+        elif self.headers or self.sse is not None:
+            raise ValueError("headers and sse are for a url server, not a stdio command")
         return self
 
     @property
     def transport(self) -> str:
-        return "stdio" if self.command is not None else "http"
+        if self.url is None:
+            return "stdio"
+        old = self.sse if self.sse is not None else self.url.split("?")[0].rstrip("/").endswith("/sse")
+        return "sse" if old else "http"
 
     def risk_for(self, tool: str) -> Risk:
         return Risk(self.risk_of.get(tool, self.risk))

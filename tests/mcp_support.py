@@ -37,10 +37,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def http_server(record: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """The test server over streamable HTTP on 127.0.0.1:port (ended on exit)."""
+def http_server(record: Path, port: int, *, sse: bool = False) -> Iterator[subprocess.Popen[bytes]]:
+    """The test server over streamable HTTP (or the old HTTP+SSE) on 127.0.0.1:port."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.mcp_server", "--record", str(record), "--http", str(port)],
+        [sys.executable, "-m", "tests.fakes.mcp_server", "--record", str(record), "--sse" if sse else "--http", str(port)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:

@@ -173,3 +173,19 @@ async def test_a_secret_of_a_server_added_while_running_is_redacted_from_logs_an
         assert secret not in redactor.redact(f'{{"text": "{secret}"}}')  # the audit trail's redactor
     finally:
         await manager.aclose()
+
+
+async def test_an_old_http_sse_server_is_reached_through_its_sse_url(tmp_path: Path) -> None:
+    record, port = tmp_path / "calls.jsonl", free_port()
+    registry = ToolRegistry()
+    manager = McpManager(registry, Policy)
+    try:
+        with http_server(record, port, sse=True):
+            await listening(port)
+            await manager.apply(settings(old={"url": f"http://127.0.0.1:{port}/sse", "risk": "read"}))
+            assert await settled(manager, "old") == "connected", manager.states()
+            assert manager.states()[0].transport == "sse"
+            out = await invoke(registry, "mcp__old__search", {"query": "legacy"}, tmp_path)
+        assert "'legacy'" in out.text and [c["tool"] for c in calls(record)] == ["search"]
+    finally:
+        await manager.aclose()

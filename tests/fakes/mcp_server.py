@@ -104,12 +104,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--record", type=Path, required=True)
     parser.add_argument("--http", type=int, default=0, help="serve streamable HTTP on this port")
+    parser.add_argument("--sse", type=int, default=0, help="serve the old HTTP+SSE transport on this port")
     parser.add_argument("--name", default="notes")
     parser.add_argument("--many", type=int, default=0, help="also serve this many generated tools")
     args = parser.parse_args()
     server = build(args.name, args.record, args.many)
     if args.http:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
+    elif args.sse:
+        server.run("sse", host="127.0.0.1", port=args.sse)
     else:
         server.run("stdio")
 
