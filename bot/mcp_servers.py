@@ -146,6 +146,8 @@ class ServerLink:
         self.error: str | None = None
         self.tools: list[Any] = []
         self.connects = 0
+        self.failures = 0
+        """Connection attempts that failed so far (a call waits for at most one more)."""
         self._session: Any = None
         self._dead: Any = None
         """The session a call found dead, until the task replaced it."""
@@ -216,6 +218,7 @@ class ServerLink:
                     await self._broken.wait()
             except Exception as exc:  # noqa: BLE001 — any failure is one log line and a retry
                 failed = True
+                self.failures += 1
                 await self._set("failed", self.redact(_describe(exc)))
             finally:
                 self._session = None
@@ -272,15 +275,19 @@ class ServerLink:
         return open(self._stderr_dir / f"{self.name}.stderr.log", "a", encoding="utf-8")  # noqa: SIM115
 
     async def _ready(self, timeout_s: float) -> Any:
-        """The live session, waiting (and waking a backing-off reconnect) if needed."""
+        """The live session, waiting (and waking a backing-off reconnect) if needed. A server
+        that is down fails the call after one more attempt, not at the call's timeout."""
+        failures = self.failures
         self._wake.set()
         async with asyncio.timeout(timeout_s):
             async with self._changed:
                 await self._changed.wait_for(
-                    lambda: self._closing or (self._session is not None and self._session is not self._dead)
+                    lambda: self._closing
+                    or self.failures > failures
+                    or (self._session is not None and self._session is not self._dead)
                 )
-        if self._session is None:
-            raise ToolError(f"MCP server {self.name} is not running")
+        if self._session is None or self._session is self._dead:
+            raise ToolError(f"MCP server {self.name} is not connected ({self.error or self.state})")
         return self._session
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> Any:

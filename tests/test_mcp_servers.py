@@ -189,3 +189,22 @@ async def test_an_old_http_sse_server_is_reached_through_its_sse_url(tmp_path: P
         assert "'legacy'" in out.text and [c["tool"] for c in calls(record)] == ["search"]
     finally:
         await manager.aclose()
+
+
+async def test_a_call_to_a_server_that_stays_down_fails_after_one_reconnect_not_at_its_timeout(tmp_path: Path) -> None:
+    import asyncio
+
+    record, port = tmp_path / "calls.jsonl", free_port()
+    registry = ToolRegistry()
+    manager = McpManager(registry, Policy, backoff_min_s=0.05)
+    try:
+        with http_server(record, port):
+            await listening(port)
+            await manager.apply(settings(notes={"url": f"http://127.0.0.1:{port}/mcp", "timeout_s": 3600}))
+            assert await settled(manager, "notes") == "connected"
+        async with asyncio.timeout(60):  # far below the hour the call may take
+            with pytest.raises(ToolError, match="MCP server notes"):
+                await invoke(registry, "mcp__notes__search", {"query": "anyone?"}, tmp_path)
+        assert "mcp__notes__search" in registry.names()  # still offered: it may come back
+    finally:
+        await manager.aclose()
