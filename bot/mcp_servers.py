@@ -152,6 +152,9 @@ class ServerLink:
         self._dead: Any = None
         """The session a call found dead, until the task replaced it."""
         self._broken = asyncio.Event()
+        self._poke = asyncio.Event()
+        """Set when the session broke or the server said its tool list changed."""
+        self._stale = False
         self._wake = asyncio.Event()
         self._changed = asyncio.Condition()
         self._closing = False
@@ -164,6 +167,7 @@ class ServerLink:
     async def aclose(self) -> None:
         self._closing = True
         self._broken.set()
+        self._poke.set()
         self._wake.set()
         task, self._task = self._task, None
         if task is not None:
@@ -215,7 +219,7 @@ class ServerLink:
                     self._on_tools(self, self.tools)
                     self._session, delay = session, self._backoff_min_s
                     await self._set("connected")
-                    await self._broken.wait()
+                    await self._until_broken(session)
             except Exception as exc:  # noqa: BLE001 — any failure is one log line and a retry
                 failed = True
                 self.failures += 1
@@ -223,6 +227,7 @@ class ServerLink:
             finally:
                 self._session = None
                 self._broken.clear()
+                self._poke.clear()
             if self._closing:
                 break
             if failed:
@@ -232,6 +237,29 @@ class ServerLink:
                 delay = min(delay * 2, BACKOFF_MAX_S)
             else:
                 await self._set("connecting")
+
+    async def _until_broken(self, session: Any) -> None:
+        """Serve the session: re-list the tools whenever the server says they changed."""
+        while True:
+            await self._poke.wait()
+            self._poke.clear()
+            if self._broken.is_set():
+                return
+            if self._stale:
+                self._stale = False
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    listed = await _all_tools(session)
+                self.tools = [t for t in listed if self.config.tools.admits(t.name)]
+                self._on_tools(self, self.tools)
+                log.info("mcp.tools_changed: %s (%d tools)", self.name, len(self.tools))
+                async with self._changed:
+                    self._changed.notify_all()
+
+    async def _on_message(self, message: Any) -> None:
+        # Called from the session's receive loop: never await a request here.
+        if getattr(message, "method", "") == "notifications/tools/list_changed":
+            self._stale = True
+            self._poke.set()
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> Any:
         from mcp import ClientSession
@@ -262,7 +290,7 @@ class ServerLink:
             )
             url = _resolve(self.config.url or "", self._environ, "url")
             read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
-        session = await stack.enter_async_context(ClientSession(read, write))
+        session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._on_message))
         await session.initialize()
         return session
 
@@ -310,6 +338,7 @@ class ServerLink:
                 if self._session is session:
                     self._dead = session
                     self._broken.set()
+                    self._poke.set()
                 if attempt == 2:
                     raise ToolError(self.redact(f"MCP server {self.name} failed: {_describe(exc)}")) from None
         raise AssertionError("unreachable")

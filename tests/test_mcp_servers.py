@@ -208,3 +208,24 @@ async def test_a_call_to_a_server_that_stays_down_fails_after_one_reconnect_not_
         assert "mcp__notes__search" in registry.names()  # still offered: it may come back
     finally:
         await manager.aclose()
+
+
+async def test_a_tool_the_server_adds_while_connected_is_registered_when_it_says_so(tmp_path: Path) -> None:
+    import asyncio
+
+    record = tmp_path / "calls.jsonl"
+    registry = ToolRegistry()
+    manager = McpManager(registry, Policy)
+    try:
+        await manager.apply(settings(notes=stdio_server(record, risk="read")))
+        assert await settled(manager, "notes") == "connected"
+        version = registry.version
+        await invoke(registry, "mcp__notes__add_tool", {"name": "fresh"}, tmp_path)
+        link = manager.links["notes"]
+        async with asyncio.timeout(30), link._changed:  # the refresh runs in the link's task
+            await link._changed.wait_for(lambda: registry.get("mcp__notes__fresh") is not None)
+        assert registry.version > version
+        assert "fresh ran" in (await invoke(registry, "mcp__notes__fresh", {}, tmp_path)).text
+        assert manager.links["notes"].connects == 1  # refreshed, not reconnected
+    finally:
+        await manager.aclose()

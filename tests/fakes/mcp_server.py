@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 
 # A 1×1 PNG: the smallest image block the strict fake Messages API accepts.
@@ -91,6 +91,18 @@ def build(name: str, record: Path, many: int = 0) -> MCPServer:
     def echo_env(name: str) -> str:
         note("echo_env", name=name)
         return f"{name}={os.environ.get(name, '')}"
+
+    @server.tool(description="Add a tool named `name` and tell the client the list changed.")
+    async def add_tool(name: str, ctx: Context) -> str:
+        note("add_tool", name=name)
+
+        def added() -> str:
+            note(name)
+            return f"{name} ran"
+
+        server.add_tool(added, name=name, description=f"A tool added at runtime: {name}.")
+        await ctx.session.send_tool_list_changed()
+        return "added"
 
     @server.tool(description="Exit the server process at once.")
     def crash() -> str:
