@@ -29,7 +29,7 @@ from bot.mcp_servers import McpManager  # noqa: E402
 from bot.mcp_settings import McpSettings  # noqa: E402
 from tests.mcp_support import free_port, http_server, listening, stdio_server  # noqa: E402
 
-STANDARD = ["search", "get_note", "delete_note", "picture", "slow", "broken", "environment", "echo_env", "crash"]
+STANDARD = ["search", "get_note", "delete_note", "picture", "slow", "broken", "environment", "echo_env", "add_tool", "crash"]
 
 
 async def timed(tool, args: dict, ctx: ToolContext, n: int) -> list[float]:  # noqa: ANN001

@@ -198,7 +198,7 @@ async def test_a_worker_spawned_in_a_group_gets_the_servers_tools_under_the_grou
     assert [c["tool"] for c in calls(record)] == ["search"]
 
 
-STANDARD = ["search", "get_note", "delete_note", "picture", "slow", "broken", "environment", "echo_env", "crash"]
+STANDARD = ["search", "get_note", "delete_note", "picture", "slow", "broken", "environment", "echo_env", "add_tool", "crash"]
 
 
 async def test_200_tools_send_a_tenth_of_their_schemas_and_find_tools_loads_the_one_needed(

@@ -23,7 +23,7 @@ command = "{sys.executable}"
 args = ["-m", "tests.fakes.mcp_server", "--record", "{record}"]
 cwd = "{ROOT}"
 env = {{ NOTES_TOKEN = "${{ROOST_TEST_MCP_SECRET}}" }}
-tools = {{ exclude = ["delete_*", "crash"] }}
+tools = {{ exclude = ["delete_*", "crash", "add_tool"] }}
 risk_of = {{ search = "read" }}
 
 [mcp.servers.gone]
