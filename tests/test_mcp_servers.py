@@ -229,3 +229,40 @@ async def test_a_tool_the_server_adds_while_connected_is_registered_when_it_says
         assert manager.links["notes"].connects == 1  # refreshed, not reconnected
     finally:
         await manager.aclose()
+
+
+async def test_an_invalid_mcp_edit_is_refused_with_one_line_naming_the_key_and_servers_stay(tmp_path: Path) -> None:
+    from bot.limit_settings import LimitSettings
+    from bot.live_config import LiveConfig
+    from bot.policy_settings import PolicySettings
+
+    path = tmp_path / "roost.toml"
+    good = '[mcp.servers.notes]\nurl = "http://127.0.0.1:9/mcp"\n'
+    path.write_text(good)
+    applied: list[McpSettings] = []
+
+    async def on_mcp(mcp: McpSettings) -> None:
+        applied.append(mcp)
+
+    live = LiveConfig(path, policy=PolicySettings(), limits=LimitSettings(), mcp=McpSettings.model_validate(
+        {"servers": {"notes": {"url": "http://127.0.0.1:9/mcp"}}}), on_mcp=on_mcp)  # fmt: skip
+    path.write_text(good + 'risk = "sometimes"\n')
+    assert not await live.check()
+    assert live.last_error is not None and live.last_error.startswith("mcp.servers.notes.risk: Input should be")
+    assert ";" not in live.last_error and applied == [] and "notes" in live.mcp.servers
+    path.write_text(good + '[mcp.servers.more]\ncommand = "true"\n')
+    assert await live.check()
+    assert [sorted(m.servers) for m in applied] == [["more", "notes"]]
+
+
+def test_a_groups_scheduled_and_isolated_runs_get_the_servers_its_chat_was_given() -> None:
+    from bot.policy_settings import PolicySettings
+
+    policy = PolicySettings.model_validate({"groups": {"telegram:-100": {"mcp": ["notes"]}}}).to_policy()
+    for key in ("group:telegram:-100", "group:telegram:-100:7", "group:telegram:-100:job-ab12"):
+        assert policy.mcp_offered(Scope.SUB, key, "notes"), key
+        assert policy.decide(Scope.SUB, key, "mcp__notes__search", Risk.READ).verdict.value == "allow"
+    assert not policy.mcp_offered(Scope.SUB, "group:telegram:-100", "github")
+    assert not policy.mcp_offered(Scope.SUB, "group:telegram:-200:job-ab12", "notes")
+    assert policy.decide(Scope.SUB, "group:telegram:-200", "mcp__notes__search", Risk.READ).source == "policy.sub.mcp"
+    assert policy.mcp_offered(Scope.MAIN, "main:job-ab12", "notes")
