@@ -11,7 +11,8 @@ headers = { Authorization = "Bearer ${NOTES_TOKEN}" }
 tools = { include = ["search_*", "get_*"], exclude = ["delete_*"] }
 risk = "read"                   # default risk class of its tools; the default is "exec"
 risk_of = { create_note = "write" }
-timeout_s = 60
+timeout_s = 60                  # a call running longer ends with an error result
+enabled = true                  # false: configured but not connected
 ```
 
 A stdio child gets only `env` (plus PATH, HOME and the like the SDK passes on), never

@@ -94,7 +94,6 @@ async def test_hot_reload_adds_a_server_and_removing_it_ends_its_child(
         assert await settled(h.app.mcp, "notes") == "connected"
         tg.send_private(OWNER, "hello")
         await h.bot_text(OWNER, lambda t: "hello" in t)
-        await h.bot_text(OWNER, lambda t: "hello" in t)
         tg.send_private(OWNER, "/status")
         await h.bot_text(OWNER, lambda t: "MCP: notes connected (7 tools)" in t)
         offered = [t["name"] for t in fake_api.requests[0].json["tools"]]
