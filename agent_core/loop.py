@@ -9,7 +9,7 @@ import functools
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -134,7 +134,7 @@ class AgentLoop:
         # Per model: the history budget a "prompt is too long" taught us, so later runs fit
         # at once instead of paying a refused request each.
         self._learned_budget: dict[str, int] = {}
-        self._tool_defs: tuple[tuple[str, ...], list[dict[str, Any]]] | None = None
+        self._tool_defs: tuple[tuple[tuple[str, ...], int], list[dict[str, Any]]] | None = None
 
     async def run(self, request: RunRequest) -> AsyncIterator[Event]:
         """Yield the run's events: RunStarted first, RunFinished or RunFailed last.
@@ -187,7 +187,7 @@ class AgentLoop:
             context = self._context(request.session_key, request.scope, self._now())
             system = system_blocks(request.scope, context)
             server = self._server_tools(request) if self._server_tools is not None else []
-            tool_defs = self._tool_definitions(server)
+            tool_defs = self._tool_definitions(request.scope, request.session_key, server=server)
             if server:  # outside the cached system block: the same prefix with and without
                 system = [*system, {"type": "text", "text": "\n".join(SERVER_TOOL_NOTES.get(t["name"], "") for t in server)}]
             ctx = self._tool_context(request)
@@ -307,6 +307,9 @@ class AgentLoop:
             # The pinned goal and current step go after the cached prefix, fresh every turn.
             pinned = await self._pinned(request) if self._pinned is not None else ""
             turn_system = [*system, {"type": "text", "text": pinned}] if pinned else system
+            if ctx.loaded:  # find_tools loaded deferred schemas: offered from now on in this run
+                server = self._server_tools(request) if self._server_tools is not None else []
+                tool_defs = self._tool_definitions(request.scope, request.session_key, ctx.loaded, server=server)
             done = await self._model_turn(model, turn_system, tool_defs, messages, state, emit)
             state.usage = state.usage + done.usage
             if turn == 1 and self.compactor is not None:
@@ -454,12 +457,17 @@ class AgentLoop:
             return self.config.history_budget_chars
         return int(window_tokens * CHARS_PER_WINDOW_TOKEN)
 
-    def _tool_definitions(self, server: list[dict[str, Any]] = []) -> list[dict[str, Any]]:  # noqa: B006 (never mutated)
+    def _tool_definitions(
+        self, scope: Scope, session_key: str, loaded: set[str] | None = None, server: Sequence[dict[str, Any]] = (),
+    ) -> list[dict[str, Any]]:
         # Built once per tool set: copying every schema on every run cost milliseconds, and
-        # the same list keeps the cached prompt prefix byte-identical. Never mutated.
-        names = (*self._tools.names(), *(t["name"] for t in server))
-        if self._tool_defs is None or self._tool_defs[0] != names:
-            self._tool_defs = (names, tool_definitions([*self._tools.schemas(), *server]))
+        # the same list keeps the cached prompt prefix byte-identical. Never mutated. Only
+        # the tools offered to this scope (an MCP server a group was not given is left out),
+        # then the service's own tools offered to this run (web search).
+        names = tuple(self._tools.offered(scope, session_key, loaded or ()))
+        key = (names, self._tools.version, tuple(t["name"] for t in server))
+        if self._tool_defs is None or self._tool_defs[0] != key:
+            self._tool_defs = (key, tool_definitions([*self._tools.schemas_of(names), *server]))
         return self._tool_defs[1]
 
     async def _finish(self, request: RunRequest, state: _RunState, status: str, stop_reason: str) -> None:

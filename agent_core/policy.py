@@ -8,6 +8,8 @@ Precedence for one call (later wins, then the exec clamp):
 1. the scope's default for the tool's risk class (`main` or `sub`);
 2. the scope's per-tool override;
 3. in a sub scope, the matching group's risk-class override, then its per-tool override;
+   an MCP server's tool (`mcp__<server>__<tool>`) is denied in a sub scope whose group
+   entry does not list the server in `mcp` (servers are the main session's by default);
 4. exec clamp: in a sub scope a tool of risk `exec` runs only where a *group* entry enabled
    it, and then is always asked of an approver — `allow` becomes `ask`, and no grant turns
    it into `allow`.
@@ -43,6 +45,19 @@ class Rules:
 class GroupRules(Rules):
     roots: tuple[str, ...] = ()
     """Workspace-relative folders the owner shared with this chat."""
+    mcp: tuple[str, ...] = ()
+    """MCP servers whose tools this chat gets (under its read/write/exec rules)."""
+
+
+MCP_PREFIX = "mcp__"
+
+
+def mcp_server_of(tool: str) -> str | None:
+    """The server of an MCP tool name `mcp__<server>__<tool>`, else None."""
+    if not tool.startswith(MCP_PREFIX):
+        return None
+    server, sep, _ = tool[len(MCP_PREFIX) :].partition("__")
+    return server if sep and server else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +102,11 @@ class Policy:
         if tool in base.tools:
             verdict, source = base.tools[tool], f"{prefix}.tools.{tool}"
         from_group = False
+        server = mcp_server_of(tool)
+        if server is not None and not self.mcp_offered(scope, session_key, server):
+            found = self.group_for(session_key)
+            where = f"policy.groups.{found[0]}.mcp" if found else "policy.sub.mcp"
+            return PolicyDecision(Verdict.DENY, where)
         if scope is Scope.SUB:
             found = self.group_for(session_key)
             if found is not None:
@@ -103,6 +123,14 @@ class Policy:
                     verdict = Verdict.ASK
         return PolicyDecision(verdict, source)
 
+    def mcp_offered(self, scope: Scope, session_key: str, server: str) -> bool:
+        """Whether a run of (scope, session) may use MCP server `server`: main always; a sub
+        scope only when its group entry lists the server."""
+        if scope is Scope.MAIN:
+            return True
+        found = self.group_for(session_key)
+        return found is not None and server in found[1].mcp
+
     def grant_may_apply(self, scope: Scope, risk: Risk) -> bool:
         """Whether a stored grant may turn `ask` into `allow` (never for exec in sub scopes)."""
         return not (scope is Scope.SUB and risk is Risk.EXEC)
@@ -116,7 +144,7 @@ class Policy:
     def unknown_tools(self, known: Iterable[str]) -> list[str]:
         """Configuration keys naming a tool that is not registered (a typo, or a tool of
         another version): warned about, never fatal."""
-        known_set = set(known)
+        known_set = {*known, *(t for t in self.tool_names() if t.startswith(MCP_PREFIX))}  # they come and go
         keys = [f"policy.main.tools.{t}" for t in self.main.tools if t not in known_set]
         keys += [f"policy.sub.tools.{t}" for t in self.sub.tools if t not in known_set]
         for name, group in self.groups.items():
@@ -130,6 +158,8 @@ class Policy:
             text = _rules_text(group)
             if group.roots:
                 text = f"{text}; roots {', '.join(group.roots)}" if text else f"roots {', '.join(group.roots)}"
+            if group.mcp:
+                text = f"{text}; mcp {', '.join(group.mcp)}" if text else f"mcp {', '.join(group.mcp)}"
             lines.append(f"group {name}: {text or 'as sub'}")
         return lines
 

@@ -24,7 +24,9 @@ from agent_core.text import is_clean
 from agent_core.prompt import UNTRUSTED_RESULT_TOOLS, frame_untrusted
 from agent_core.scrub import redact_json, redact_secrets, relative_paths
 from agent_core.text import clean_text
-from agent_core.tools import DEFAULT_TOOL_TIMEOUT_S, Tool, ToolContext, ToolError, ToolRegistry, cap_output
+from agent_core.tools import (
+    DEFAULT_TOOL_TIMEOUT_S, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, cap_output,
+)  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +51,14 @@ class ToolOutcome:
     call_id: str
     content: str
     is_error: bool
+    blocks: tuple[dict[str, Any], ...] = ()
+    """Image blocks after the text (an MCP tool's pictures)."""
 
     def as_block(self) -> dict[str, Any]:
-        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.call_id, "content": self.content}
+        content: str | list[dict[str, Any]] = self.content
+        if self.blocks:
+            content = [{"type": "text", "text": self.content or "(image)"}, *self.blocks]
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.call_id, "content": content}
         if self.is_error:
             block["is_error"] = True
         return block
@@ -294,10 +301,13 @@ class ToolRunner:
             log.warning("tool.failed", extra={"tool": tool.name}, exc_info=True)
             return error(cap_output(f"{tool.name} failed: {type(exc).__name__}: {exc}"))
         trail.status = "ok"
+        blocks: tuple[dict[str, Any], ...] = ()
+        if isinstance(output, ToolOutput):
+            output, blocks = output.text, output.blocks
         text = cap_output(output if isinstance(output, str) else str(output))
         if tool.name in self._untrusted:
             text = frame_untrusted(text, tool.name)
-        return ToolOutcome(call.id, text, False)
+        return ToolOutcome(call.id, text, False, blocks)
 
 
 def _policy_source(policy: Policy | PolicySource) -> PolicySource:

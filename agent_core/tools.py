@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -64,6 +64,8 @@ class ToolContext:
     cap_run_id: str = ""
     """The run whose tool-call cap this call counts against when not its own (a worker's:
     the run that spawned it)."""
+    loaded: set[str] = field(default_factory=set)
+    """Deferred tools `find_tools` loaded in this run: offered from the next turn on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,15 @@ class RunEnd:
     reason: str
     message: str
     failed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A result with more than text: `blocks` (Messages API image blocks) follow the text in
+    the tool_result. Only the text is capped, stored as the call's output and audited."""
+
+    text: str
+    blocks: tuple[dict[str, Any], ...] = ()
 
 
 I = TypeVar("I", bound=BaseModel)
@@ -86,11 +97,16 @@ class Tool(Generic[I]):
     description: str
     input_model: type[I]
     risk: Risk
-    func: Callable[[I, ToolContext], Awaitable[str]]
+    func: Callable[[I, ToolContext], Awaitable[str | ToolOutput]]
     timeout_s: float | None = None
     """None → the registry default (30 s)."""
     describe_action: Callable[[I], str] | None = None
     """Full text of what the call will do, shown on approval cards (e.g. the command)."""
+    offered_to: Callable[[Scope, str], bool] | None = None
+    """Whether the tool is offered to a run of (scope, session key); None → always. A tool
+    not offered is also refused by the policy, this only keeps it out of the request."""
+    deferred: Callable[[], bool] | None = None
+    """True → the schema is sent only once `find_tools` loaded it in the run (many MCP tools)."""
 
     def schema(self) -> dict[str, Any]:
         schema = self.input_model.model_json_schema()
@@ -107,6 +123,8 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
         self._tools: dict[str, Tool[Any]] = {}
         self._schemas: list[dict[str, Any]] | None = None
+        self.version = 0
+        """Bumped on every change of the tool set or a definition (the loop's cache key)."""
         for tool in tools:
             self.register(tool)
 
@@ -114,7 +132,52 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is registered twice")
         self._tools[tool.name] = tool
+        self._changed()
+
+    def _changed(self) -> None:
         self._schemas = None
+        self.version += 1
+
+    def unregister(self, name: str) -> None:
+        if self._tools.pop(name, None) is not None:
+            self._changed()
+
+    def replace_prefixed(self, prefix: str, tools: Iterable[Tool[Any]]) -> None:
+        """Swap every tool whose name starts with `prefix` for `tools` (a reconnected MCP
+        server's current list), keeping the others and their order."""
+        new = list(tools)
+        if any(not t.name.startswith(prefix) for t in new):
+            raise ValueError(f"every replacing tool must start with {prefix!r}")
+        kept = {n: t for n, t in self._tools.items() if not n.startswith(prefix)}
+        if [t.schema() for t in self._tools.values() if t.name.startswith(prefix)] == [t.schema() for t in new]:
+            if all(self._tools.get(t.name) is not None for t in new):
+                for t in new:  # same definitions: fresh functions, same cached schemas
+                    self._tools[t.name] = t
+                return
+        self._tools = {**kept, **{t.name: t for t in new}}
+        self._changed()
+
+    def offered(self, scope: Scope, session_key: str, loaded: Iterable[str] = ()) -> list[str]:
+        """Names of the tools offered to a run of (scope, session), in registration order: a
+        deferred tool only once loaded."""
+        loaded = set(loaded)
+        return [
+            n for n, t in self._tools.items()
+            if (t.offered_to is None or t.offered_to(scope, session_key))
+            and (t.deferred is None or n in loaded or not t.deferred())
+        ]  # fmt: skip
+
+    def deferred(self, scope: Scope, session_key: str) -> list[Tool[Any]]:
+        """The tools offered to (scope, session) whose schemas wait for `find_tools`."""
+        return [
+            t for t in self._tools.values()
+            if t.deferred is not None and t.deferred() and (t.offered_to is None or t.offered_to(scope, session_key))
+        ]  # fmt: skip
+
+    def schemas_of(self, names: Iterable[str]) -> list[dict[str, Any]]:
+        wanted = set(names)
+        all_schemas = self.schemas()
+        return [s for s in all_schemas if s["name"] in wanted]
 
     def get(self, name: str) -> Tool[Any] | None:
         return self._tools.get(name)

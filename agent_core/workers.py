@@ -255,7 +255,7 @@ class WorkerPool:
             tool = self._tools.get(name)
             if tool is None or name in PARENT_ONLY_TOOLS or (allowed is not None and name not in allowed):
                 continue
-            tools.append(_labelled(tool, label))
+            tools.append(_labelled(tool, label, parent.session_key))
         registry = ToolRegistry(tools)
 
         def tool_context(request: RunRequest) -> ToolContext:
@@ -301,8 +301,13 @@ def _short(text: str, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _labelled(tool: Tool[Any], label: str) -> Tool[Any]:
+def _labelled(tool: Tool[Any], label: str, parent_key: str) -> Tool[Any]:
     def describe(parsed: Any, t: Tool[Any] = tool) -> str:
         return f"{label}\n{t.action_text(parsed)}"
 
+    offered = tool.offered_to
+    if offered is not None:  # offered as to the parent's chat, whose policy decides its calls
+        return dataclasses.replace(
+            tool, describe_action=describe, offered_to=lambda scope, _key, f=offered: f(scope, parent_key)
+        )
     return dataclasses.replace(tool, describe_action=describe)

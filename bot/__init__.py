@@ -1,9 +1,9 @@
 """Roost's application layer (composition root, CLI, chat commands, storage, dashboard)."""
 
-from bot.lean_imports import hidden as _hidden
+import sys as _sys
 
-# httpx imports its command-line client (click, rich, pygments: several MB for the life of
-# `roost run`) whenever click is installed — and uvicorn, the dashboard's server, installs it.
-# Roost never runs httpx's CLI; without click httpx falls back to a stub.
-with _hidden("click", unless_loaded=("httpx",)):
-    import httpx  # noqa: F401
+# httpx and httpx2 load their command-line client (click, pygments, rich: megabytes held
+# for the life of `roost run`) whenever click is installed — and the mcp SDK installs it.
+# Roost never runs that client; a None entry makes the import fail and httpx fall back.
+for _cli in ("httpx._main", "httpx2._main"):
+    _sys.modules.setdefault(_cli, None)  # type: ignore[arg-type]

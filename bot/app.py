@@ -42,6 +42,7 @@ from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
+from bot.mcp_servers import McpManager
 from bot.platforms import group_admins
 from bot.ratelimits import RateLimiter, RunBudget
 from bot.roles import AccessManager
@@ -76,6 +77,8 @@ class Roost:
     scheduler: Scheduler | None = None
     breakers: Breakers | None = None
     """The process's circuit breakers, one per model (shown by /status)."""
+    mcp: McpManager | None = None
+    """MCP servers' connections (their tools are in the agent's registry)."""
 
     def load_model_client(self) -> None:
         """Start loading the SDK in the background (call once adapters are connected)."""
@@ -232,7 +235,13 @@ async def build(
         # [policy] and [limits] of roost.toml, hot-reloaded; everything below reads them live.
         server_names = [web_search.NAME] if settings.agent.web_search else []
         live = LiveConfig(config_path(), policy=settings.policy, limits=settings.limits,
-                          known_tools=[*registry.names(), *server_names])  # fmt: skip
+                          known_tools=[*registry.names(), *server_names], mcp=settings.mcp)  # fmt: skip
+        # MCP servers connect in the background (start-up never waits); their tools join the
+        # registry as they connect, offered and decided by the live policy.
+        mcp = McpManager(registry, lambda: live.policy, stderr_dir=settings.home_dir / "logs" / "mcp")
+        stack.push_async_callback(mcp.aclose)
+        await mcp.apply(settings.mcp)
+        live.on_mcp = mcp.apply
         await live.start()
         stack.push_async_callback(live.aclose)
         call_counts = CallCounts()  # a run's tool calls and its workers' count against one cap
@@ -339,6 +348,7 @@ async def build(
         stack.push_async_callback(conversations.aclose)
         conversations.lanes.load_modes(await storage.queue_modes())  # each session's /queue choice
         conversations.breakers = breakers
+        conversations.mcp_states = mcp.states
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
         conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)
@@ -352,5 +362,5 @@ async def build(
             stack.push_async_callback(scheduler.aclose)
         yield Roost(
             settings, storage, conversations, agent, gate, memory, lazy, expired_at_start, live, scheduler=scheduler,
-            breakers=breakers,
+            breakers=breakers, mcp=mcp,
         )

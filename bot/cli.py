@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from bot import cli_access, cli_audit, cli_grants, cli_jobs, cli_status
+from bot import cli_access, cli_audit, cli_grants, cli_jobs, cli_mcp, cli_status
 from bot.heap import freeze_long_lived
 from bot.settings import ConfigError, Settings, load_settings
 
@@ -67,6 +67,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "jobs": cli_jobs.run,
         "status": cli_status.run,
         "dashboard": _dashboard,
+        "mcp": cli_mcp.run,
     }[args.command]
     try:
         return asyncio.run(handler(settings, args))
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     dashboard_sub = dashboard.add_subparsers(dest="action", required=True)
     dashboard_sub.add_parser("url", help="print the login link of the dashboard `roost run` serves")
     dashboard_sub.add_parser("rotate", help="replace the login link; every browser is logged out")
+    cli_mcp.add_parser(sub)
     return parser
 
 

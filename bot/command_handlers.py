@@ -185,6 +185,9 @@ class CommandHandlers:
             states = {s.model: s for s in self._c.breakers.statuses()}
             shown = [states[m].describe() if m in states else f"{m}: ok" for m in self._c.models]
             lines.append("Models: " + "; ".join(shown))
+        servers = self._c.mcp_states() if self._c.mcp_states is not None and route.scope is Scope.MAIN else []
+        if servers:  # the owner's servers: never listed in a group
+            lines.append("MCP: " + "; ".join(f"{s.name} {s.state} ({s.tools} tools)" for s in servers))
         return "\n".join(lines)
 
     async def _cmd_compact(self, command: Command, inbound: Inbound, route: Accept) -> str:

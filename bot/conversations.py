@@ -155,6 +155,8 @@ class Conversations:
         """The process's model circuit breakers, for /status (set by bot.app)."""
         self.channel_cursors: ChannelCursors | None = None
         """Where each Discord channel was left, for catching up after a gap (set by bot.app)."""
+        self.mcp_states: Callable[[], list[Any]] | None = None
+        """MCP servers' states (bot.mcp_servers.ServerState), for the owner's /status."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:

@@ -32,6 +32,8 @@ async def run_checks(settings: Settings) -> list[Check]:
         checks.append(await _telegram_privacy(settings))
     checks.append(await _exec_sandbox(settings))
     checks.append(_policy(settings))
+    if settings.mcp.servers:
+        checks.append(await _mcp(settings))
     return checks
 
 
@@ -237,3 +239,17 @@ def _policy(settings: Settings) -> Check:
     if warnings:
         return Check("policy", "warn", f"{detail} | {'; '.join(warnings)}", "fix the tool names in [policy] of roost.toml")
     return Check("policy", "ok", detail)
+
+
+async def _mcp(settings: Settings) -> Check:
+    """Each configured MCP server, connected once from here (errors redacted)."""
+    from bot.cli_mcp import probe
+
+    states = await probe(settings.mcp)
+    detail = "; ".join(
+        f"{s.name} {s.state} ({s.tools} tools)" + (f": {s.error}" if s.error else "") for s in states
+    )
+    bad = [s.name for s in states if s.state != "connected"]
+    if bad:
+        return Check("mcp", "warn", detail, f"roost mcp test {bad[0]} (Roost runs without it and keeps retrying)")
+    return Check("mcp", "ok", detail)

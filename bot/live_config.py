@@ -1,4 +1,4 @@
-"""The hot-reloaded part of roost.toml: the `[policy]` and `[limits]` tables.
+"""The hot-reloaded part of roost.toml: the `[policy]`, `[limits]` and `[mcp]` tables.
 
 `LiveConfig` polls the file (one small read per interval, default 1 s) and, when its bytes
 change, validates both tables. A valid edit applies at once; an invalid one is rejected with
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from agent_core.policy import Policy
 from agent_core.risk import Scope
 from agent_core.tools import ToolContext
 from bot.limit_settings import LimitSettings
+from bot.mcp_settings import McpSettings
 from bot.policy_settings import PolicySettings
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,12 @@ class LiveConfig:
         limits: LimitSettings,
         known_tools: Iterable[str] = (),
         interval_s: float = DEFAULT_INTERVAL_S,
+        mcp: McpSettings | None = None,
+        on_mcp: Callable[[McpSettings], Awaitable[None]] | None = None,
     ) -> None:
+        """`on_mcp` is awaited with a changed `[mcp]` (the servers are started/stopped)."""
+        self._mcp = mcp if mcp is not None else McpSettings()
+        self.on_mcp = on_mcp
         self.path = path
         self._policy_settings = policy
         self._policy = policy.to_policy()
@@ -69,6 +75,10 @@ class LiveConfig:
     @property
     def limits(self) -> LimitSettings:
         return self._limits
+
+    @property
+    def mcp(self) -> McpSettings:
+        return self._mcp
 
     async def start(self) -> None:
         if self._closed:
@@ -105,7 +115,10 @@ class LiveConfig:
             # A vanished file keeps the last good configuration (an editor may be saving).
             return False
         self._seen = data
+        before = self._mcp
         applied = self._judge(data)
+        if applied and self._mcp != before and self.on_mcp is not None:
+            await self.on_mcp(self._mcp)
         async with self._changed:
             self.checks += 1
             self._changed.notify_all()
@@ -133,22 +146,26 @@ class LiveConfig:
         errors: list[str] = []
         policy = _validate(PolicySettings, document.get("policy", {}), "policy", errors)
         limits = _validate(LimitSettings, document.get("limits", {}), "limits", errors)
-        if errors or policy is None or limits is None:
+        mcp = _validate(McpSettings, document.get("mcp", {}), "mcp", errors)
+        if errors or policy is None or limits is None or mcp is None:
             return self._reject("; ".join(errors))
         changed = [name for name, old, new in (
-            ("policy", self._policy_settings, policy), ("limits", self._limits, limits)) if old != new]
+            ("policy", self._policy_settings, policy), ("limits", self._limits, limits), ("mcp", self._mcp, mcp),
+        ) if old != new]  # fmt: skip
         self.last_error = None
         if not changed:
             return False
         assert isinstance(policy, PolicySettings) and isinstance(limits, LimitSettings)
+        assert isinstance(mcp, McpSettings)
         self._policy_settings, self._policy, self._limits = policy, policy.to_policy(), limits
+        self._mcp = mcp
         log.info("config.reloaded: [%s] applied from %s", "] and [".join(changed), self.path)
         self._warn_unknown_tools(self._policy)
         return True
 
     def _reject(self, reason: str) -> bool:
         self.last_error = reason
-        log.warning("config.reload_rejected: %s (keeping the last good [policy] and [limits])", reason)
+        log.warning("config.reload_rejected: %s (keeping the last good [policy], [limits] and [mcp])", reason)
         return False
 
     def _warn_unknown_tools(self, policy: Policy) -> None:

@@ -17,6 +17,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 REDACTED = "[REDACTED]"
+
+_LEARNED: list[str] = []
+"""Secrets learned while running (an `[mcp]` server's `${VAR}` values after a hot reload):
+every redactor of the process redacts them too, longest first."""
+
+
+def learn_secrets(values: Iterable[str]) -> None:
+    """Add secrets every `RedactSecrets` (logs, stdout/stderr, the audit trail) redacts."""
+    global _LEARNED
+    _LEARNED = sorted({*_LEARNED, *(v for v in values if len(v) >= 4)}, key=len, reverse=True)
 # Bot API URLs carry the token in the path; catch them even when we were not told the token.
 _TOKEN_IN_URL = re.compile(r"(/bot)\d+:[A-Za-z0-9_-]{20,}")
 # A Telegram bot token anywhere (python-telegram-bot quotes it in InvalidToken messages).
@@ -32,6 +42,8 @@ class RedactSecrets(logging.Filter):
 
     def redact(self, text: str) -> str:
         for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        for secret in _LEARNED:
             text = text.replace(secret, REDACTED)
         text = _TOKEN_IN_URL.sub(rf"\1{REDACTED}", text)
         text = _BOT_TOKEN.sub(REDACTED, text)

@@ -17,10 +17,11 @@ tools = { web_fetch = "deny" }  # a named tool denied in every group and paired 
 tools = { web_fetch = "allow" }             # such as "group:telegram:-100123:7"
 roots = ["shared/work"]       # workspace folders shared with this chat
 exec = "ask"                  # exec enabled here, and always asked of an approver
+mcp = ["notes"]               # MCP servers ([mcp.servers.notes]) this chat gets
 ```
 
 Verdicts are "allow", "ask" or "deny". A group entry may set `read`, `write`, `exec`,
-`tools` and `roots`; what it leaves out comes from `[policy.sub]`. Tool names that are not
+`tools`, `roots` and `mcp`; what it leaves out comes from `[policy.sub]`. Tool names that are not
 registered are warnings (logged on load, shown by `roost doctor`), not errors: a policy may
 name a tool of another version. Everything else that is wrong is an error naming the key.
 """
@@ -98,6 +99,7 @@ class GroupPolicy(_Rules):
     write: VerdictName | None = None
     exec: VerdictName | None = None
     roots: list[str] = []
+    mcp: list[str] = []
 
     @field_validator("exec")
     @classmethod
@@ -148,6 +150,7 @@ class PolicySettings(BaseModel):
                         MappingProxyType(group._risks()),
                         MappingProxyType(group._tools()),
                         tuple(group.roots),
+                        tuple(group.mcp),
                     )
                     for key, group in self.groups.items()
                 }

@@ -31,6 +31,7 @@ from pydantic_settings import (
 from agent_core.models import DEFAULT_FACTS, DEFAULT_MODEL, ModelTable
 from bot.heartbeat import HeartbeatSettings
 from bot.limit_settings import LimitSettings
+from bot.mcp_settings import McpSettings
 from bot.policy_settings import PolicySettings
 
 TELEGRAM_API = "https://api.telegram.org/bot"
@@ -214,6 +215,8 @@ class Settings(BaseSettings):
     """Hot-reloaded from roost.toml while running."""
     limits: LimitSettings = LimitSettings()
     """Hot-reloaded from roost.toml while running."""
+    mcp: McpSettings = McpSettings()
+    """MCP servers whose tools are offered (bot/mcp_settings.py)."""
     log_level: str = "INFO"
     timezone: str | None = None
     """IANA zone for schedules (ROOST_TIMEZONE); None: the machine's."""
@@ -282,7 +285,8 @@ class Settings(BaseSettings):
     def secrets(self) -> list[str]:
         """Every secret value, for the log redaction filter."""
         values = [self.telegram_bot_token, self.discord_bot_token, self.anthropic_api_key, self.telegram.webhook_secret]
-        return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
+        return found + self.mcp.secret_values()  # what [mcp] ${VAR} references stand for
 
     @classmethod
     def settings_customise_sources(
@@ -337,6 +341,6 @@ def _env_name(loc: tuple[Any, ...]) -> str:
         return "configuration"
     if parts[0] in _UNPREFIXED or parts[0] in _UNPREFIXED.values():
         return _UNPREFIXED.get(parts[0], parts[0])
-    if parts[0] in ("policy", "limits"):  # roost.toml tables: named as the hot reload names them
+    if parts[0] in ("policy", "limits", "mcp"):  # roost.toml tables: named as the hot reload names them
         return ".".join(parts)
     return "ROOST_" + "__".join(p.upper() for p in parts)
