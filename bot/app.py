@@ -34,6 +34,9 @@ from agent_core.ports import ApprovalRecord
 from agent_core.risk import Scope
 from agent_core.tool_runner import CallCounts, ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
+from adapters.media import MB
+from bot.media import MediaIntake
+from bot.stt import transcriber
 from bot.conversations import Conversations
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
@@ -322,6 +325,9 @@ async def build(
         conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         conversations.log_cutoffs = log_cutoffs
+        conversations.media = MediaIntake(
+            root, int(settings.media.max_mb * MB), settings.media.max_images, transcriber(settings.stt)
+        )
         questions.resume = conversations.resume_question
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs

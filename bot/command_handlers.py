@@ -185,6 +185,11 @@ class CommandHandlers:
             lines.append("Models: " + "; ".join(shown))
         return "\n".join(lines)
 
+    async def _cmd_retry(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        if await self._c.retry_deferred(route.session_key):
+            return "Trying your voice note again…"
+        return "Nothing is waiting to be retried here."
+
     async def _cmd_compact(self, command: Command, inbound: Inbound, route: Accept) -> str:
         """Compaction runs inside the session's next run (never beside a running one)."""
         compactor = self._c.agent.compactor

@@ -40,6 +40,7 @@ from workspace.context import LogCutoffs
 from workspace.daily_log import append_run_entry
 
 if TYPE_CHECKING:
+    from bot.media import MediaIntake
     from agent_core.plans import PlanBook
     from agent_core.questions import Question, QuestionDesk
     from agent_core.workers import WorkerPool
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_INBOUND_CHARS = 50_000
+ALBUM_SETTLE_S = 1.0
+"""How long a run waits for more parts of an album (Telegram sends each as its own update,
+normally in the same batch) after the last one arrived."""
 KEPT_NOTICE = "⏳ I'm restarting; I'll answer what you sent as soon as I'm back."
 
 
@@ -61,6 +65,21 @@ class Pending:
     """Its row in the inbox (None only for items built outside `receive`)."""
     job: JobRef | None = None
     """Set when this is a scheduled job's due run (bot.scheduling)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WithMedia(Pending):
+    """A message whose attachments were fetched: its blocks go before its text."""
+
+    media_blocks: tuple[dict[str, Any], ...] = ()
+
+
+class Deferred(Exception):
+    """A message of the batch cannot be answered yet (its voice note was not transcribed)."""
+
+    def __init__(self, inbound: Inbound, notice: str) -> None:
+        self.inbound, self.notice = inbound, notice
+        super().__init__(notice)
 
 
 def cleaned(inbound: Inbound) -> Inbound:
@@ -145,6 +164,12 @@ class Conversations:
         """Where the prompt's copy of today's log stops (set by bot.app): /new resets it."""
         self.breakers: Breakers | None = None
         """The process's model circuit breakers, for /status (set by bot.app)."""
+        self.media: MediaIntake | None = None
+        """Attachments → content (set by bot.app; None: attachments are ignored)."""
+        self.album_settle_s = ALBUM_SETTLE_S
+        self.deferred: dict[str, list[Pending]] = {}
+        """Messages whose voice note could not be transcribed, per session: they join the
+        session's next run or /retry (their inbox rows stay queued, so a restart retries)."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
@@ -338,7 +363,11 @@ class Conversations:
     async def _accept(self, inbound: Inbound, route: Accept, inbox_id: int) -> bool:
         """Queue an accepted message for its session's run; False if refused (the sender is
         told why)."""
-        if not inbound.text.strip():
+        if inbound.attachments and self.media is not None:
+            inbound, notices = self.media.oversized(inbound)
+            for notice in notices:
+                await self._notify(inbound, notice)
+        if not inbound.text.strip() and not (inbound.attachments and self.media is not None):
             return False
         if len(inbound.text) > MAX_INBOUND_CHARS:
             await self._notify(
@@ -369,7 +398,7 @@ class Conversations:
             return False
         mode = self.lanes.mode_of(key)
         notice = queue_modes.BUSY_NOTICE["collect" if held and mode == "interrupt" else mode]
-        if waiting == 1 and acknowledge and notice:
+        if waiting == 1 and acknowledge and notice and inbound.album_id is None:
             await self._notify(inbound, notice)
         return True
 
@@ -381,10 +410,21 @@ class Conversations:
             # Back in front, in order (a submit would queue them behind newer messages).
             self.lanes.requeue(key, [p for p in items if p not in now])
             items = now
+        if items[-1].job is None:
+            items = [*self.deferred.pop(key, []), *await self._album(key, items)]
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
-        content = await self._content(key, last.route.scope, items)
+        try:
+            content = await self._content(key, last.route.scope, items)
+        except Deferred as exc:
+            # Nothing was taken: the rows stay queued (a restart retries them too).
+            self.deferred[key] = items
+            await self._notify(exc.inbound, exc.notice)
+            return
+        if not content:  # e.g. only a voice note while speech-to-text is off (told already)
+            await self.storage.finish_inbound(_inbox_ids(items))
+            return
         request = RunRequest(
             session_key=key,
             scope=last.route.scope,
@@ -472,7 +512,31 @@ class Conversations:
         except OSError:
             log.exception("daily_log.write_failed", extra={"session": key})
 
+    async def _album(self, key: str, items: list[Pending]) -> list[Pending]:
+        """The parts of an album still arriving join the run of its first part: wait until
+        none came for `album_settle_s` (parts queued behind a run are in `items` already)."""
+        albums = {p.inbound.album_id for p in items if p.inbound.album_id is not None}
+        if not albums:
+            return items
+        items = list(items)
+        while True:
+            await asyncio.sleep(self.album_settle_s)
+            more = self.lanes.take_queued(key, lambda p: p.job is None and p.inbound.album_id in albums)
+            if not more:
+                return items
+            items.extend(more)
+
+    async def retry_deferred(self, key: str) -> bool:
+        """/retry: the session's messages waiting after a failed transcription run again."""
+        waiting = self.deferred.pop(key, [])
+        if not waiting:
+            return False
+        self.lanes.requeue(key, waiting)
+        return True
+
     async def _content(self, key: str, scope: Scope, items: list[Pending]) -> list[dict[str, Any]]:
+        if self.media is not None and any(p.inbound.attachments for p in items):
+            items = await self._with_media(key, scope, items)
         blocks: list[dict[str, Any]] = []
         if key.startswith("group:"):
             recent = await self.storage.recent_group_messages(key)
@@ -486,8 +550,38 @@ class Conversations:
                     }
                 )
                 await self.storage.clear_group_messages(key)
-        blocks.extend(queue_modes.content_block(item, scope) for item in items)
+        for item in items:
+            blocks.extend(getattr(item, "media_blocks", ()))
+            if item.inbound.text.strip():
+                blocks.append(queue_modes.content_block(item, scope))
+        if not any(b.get("type") != "text" for b in blocks) and not any(p.inbound.text.strip() for p in items):
+            return []
         return blocks
+
+    async def _with_media(self, key: str, scope: Scope, items: list[Pending]) -> list[Pending]:
+        """Each message with attachments becomes its blocks and its new text (bot.media)."""
+        from bot.media import VoicePending
+
+        assert self.media is not None
+        images = [0]
+        out: list[Pending] = []
+        for item in items:
+            inbound = item.inbound
+            if not inbound.attachments:
+                out.append(item)
+                continue
+            adapter = self.adapters.get(inbound.platform)
+
+            async def notify(text: str, inbound: Inbound = inbound) -> None:
+                await self._notify(inbound, text)
+
+            try:
+                media = await self.media.prepare(adapter, key, scope, inbound, images, notify)
+            except VoicePending as exc:
+                raise Deferred(inbound, exc.notice) from None
+            out.append(WithMedia(dataclasses.replace(inbound, text=media.text), item.route, item.inbox_id,
+                                 item.job, tuple(media.blocks)))
+        return out
 
     async def _notify(self, inbound: Inbound, text: str) -> None:
         adapter = self.adapters.get(inbound.platform)

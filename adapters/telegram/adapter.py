@@ -102,6 +102,7 @@ class TelegramAdapter(StartsOnce):
         token: str,
         *,
         base_url: str = DEFAULT_BASE_URL,
+        base_file_url: str | None = None,
         mode: Mode = "polling",
         webhook_url: str | None = None,
         webhook_listen: str = "0.0.0.0:8443",
@@ -131,6 +132,7 @@ class TelegramAdapter(StartsOnce):
             self._listen = parse_listen(webhook_listen)
         self._token = token
         self._base_url = base_url
+        self._base_file_url = base_file_url or file_url_for(base_url)
         self._mode = mode
         self._webhook_url = webhook_url
         self._webhook_secret = webhook_secret
@@ -172,7 +174,7 @@ class TelegramAdapter(StartsOnce):
         bot: ExtBot[Any] = ExtBot(
             self._token,
             base_url=self._base_url,
-            base_file_url=file_url_for(self._base_url),
+            base_file_url=self._base_file_url,
             request=self._request or HTTPXRequest(connection_pool_size=128, pool_timeout=30.0, httpx_kwargs=tls),
             get_updates_request=self._get_updates_request or HTTPXRequest(httpx_kwargs=tls),
             rate_limiter=AIORateLimiter() if self._rate_limit else None,
@@ -279,6 +281,14 @@ class TelegramAdapter(StartsOnce):
             log.info("telegram.update_ignored %s", describe(update))
             return
         await self._handler.receive(inbound)
+
+    async def fetch_attachment(self, attachment: Any, max_bytes: int) -> bytes:
+        """`adapters.media.MediaFetcher` (see adapters.telegram.media)."""
+        from adapters.telegram.media import fetch
+
+        if self._bot is None:
+            raise RuntimeError("TelegramAdapter is not running")
+        return await fetch(self._bot, attachment, max_bytes)
 
     # -- outbound --------------------------------------------------------------------
 

@@ -270,6 +270,8 @@ class InboxModel(Base):
     mentioned: Mapped[bool] = mapped_column(Boolean)
     message_id: Mapped[str | None] = mapped_column(String(64))
     update_id: Mapped[str | None] = mapped_column(String(128))
+    media: Mapped[Any | None] = mapped_column(JSON)
+    """Attachment references and album id (agent_core.inbound.Attachment); None for text."""
     session_key: Mapped[str | None] = mapped_column(String(255))
     state: Mapped[str] = mapped_column(String(16))
     run_id: Mapped[str | None] = mapped_column(String(64))

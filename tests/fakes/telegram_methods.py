@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 import re
 import time
 from collections.abc import Callable
@@ -281,15 +282,24 @@ def get_chat_member(world: World, p: JSON) -> Any:
     return world.chat_member(chat, user_id)
 
 
+BOT_DOWNLOAD_LIMIT = 20 * 1024 * 1024
+
+
 def get_file(world: World, p: JSON) -> Any:
+    """Like the Bot API: bots may download files up to 20 MB; each call issues a fresh
+    file_path, valid for `world.file_path_ttl` seconds."""
     stored = world.files.get(str(p.get("file_id", "")))
     if stored is None:
         raise ApiError.bad_request("invalid file_id")
+    if len(stored.data) > BOT_DOWNLOAD_LIMIT:
+        raise ApiError.bad_request("file is too big")
+    path = f"{stored.file_path.rsplit('/', 1)[0]}/{secrets.token_hex(6)}_{stored.file_path.rsplit('/', 1)[1]}"
+    world.file_paths[path] = (stored.file_id, world.file_clock() + world.file_path_ttl)
     return {
         "file_id": stored.file_id,
         "file_unique_id": stored.file_unique_id,
         "file_size": len(stored.data),
-        "file_path": stored.file_path,
+        "file_path": path,
     }
 
 

@@ -74,6 +74,13 @@ class World:
         self.auto_create_chats = auto_create_chats
         self.chats: dict[int, Chat] = {}
         self.files: dict[str, StoredFile] = {}
+        self.file_paths: dict[str, tuple[str, float]] = {}
+        """file_path → (file_id, valid until, monotonic): getFile issues a path per call,
+        downloadable for `file_path_ttl` seconds (an hour on Telegram)."""
+        self.downloads: list[str] = []
+        """Every file path a client asked to download, in order."""
+        self.file_path_ttl = 3600.0
+        self.file_clock = time.monotonic
         self.queries: dict[str, CallbackQueryState] = {}
         self.commands: dict[tuple[str, str], list[JSON]] = {}
         self.webhook = Webhook()
@@ -207,7 +214,9 @@ class World:
             data["reply_to_message"] = self.message_json(target, with_reply=False)
         return data
 
-    def add_file(self, data: bytes, file_name: str | None, mime_type: str | None) -> StoredFile:
+    def add_file(
+        self, data: bytes, file_name: str | None, mime_type: str | None, folder: str = "documents"
+    ) -> StoredFile:
         n = next(self._file_ids)
         suffix = f".{file_name.rsplit('.', 1)[1]}" if file_name and "." in file_name else ""
         stored = StoredFile(
@@ -216,7 +225,7 @@ class World:
             file_name,
             mime_type,
             data,
-            f"documents/file_{n}{suffix}",
+            f"{folder}/file_{n}{suffix}",
         )
         self.files[stored.file_id] = stored
         return stored

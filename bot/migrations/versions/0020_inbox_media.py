@@ -1,0 +1,29 @@
+"""Attachments of inbound messages (photos, files, voice notes): their platform references
+live in the inbox row, so a message accepted before a crash is fetched and answered once
+after it, media included.
+
+Revision ID: 0020
+Revises: 0014
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0020"
+down_revision: str | Sequence[str] | None = "0014"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("inbox") as batch:
+        batch.add_column(sa.Column("media", sa.JSON(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("inbox") as batch:
+        batch.drop_column("media")
