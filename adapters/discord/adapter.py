@@ -323,6 +323,22 @@ class DiscordAdapter(StartsOnce):
             raise RuntimeError("DiscordAdapter is not running")
         return self._ctx
 
+    async def fetch_attachment(self, attachment: Any, max_bytes: int) -> bytes:
+        """`adapters.media.MediaFetcher`: an attachment's URL, through discord.py's session."""
+        from adapters.media import TooBig, Unavailable
+
+        if self._client is None:
+            raise RuntimeError("DiscordAdapter is not running")
+        if attachment.size is not None and attachment.size > max_bytes:
+            raise TooBig(attachment.size, max_bytes, attachment.name)
+        try:
+            data = await self._client.http.get_from_cdn(attachment.ref)
+        except discord.HTTPException as exc:
+            raise Unavailable(f"Discord would not give me that file ({exc.status}).") from None
+        if len(data) > max_bytes:
+            raise TooBig(len(data), max_bytes, attachment.name)
+        return data
+
     def open_reply(self, target: ReplyTarget) -> DiscordReply:
         ctx = self._running()
         # In a guild the answer replies to the message that asked (a DM needs no quoting).
