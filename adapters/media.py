@@ -9,9 +9,9 @@ trace on disk.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
-from agent_core.inbound import Attachment
+from agent_core.inbound import Attachment, ReplyTarget
 
 MB = 1024 * 1024
 
@@ -51,6 +51,21 @@ async def read_capped(chunks: AsyncIterator[bytes], max_bytes: int, name: str = 
         if len(buf) > max_bytes:
             raise TooBig(None, max_bytes, name)
     return bytes(buf)
+
+
+SendAs = Literal["document", "photo", "voice"]
+
+
+@runtime_checkable
+class FileSender(Protocol):
+    """Optional for an adapter: send a file to a chat (the `send_file` tool, voice replies)."""
+
+    async def send_file(
+        self, target: ReplyTarget, data: bytes, filename: str, *, caption: str = "", send_as: SendAs = "document"
+    ) -> str:
+        """Post `data` as `filename`: a photo (shown inline), a voice message (OGG/Opus) or
+        a document. Returns the platform message id; raises `DeliveryError` on failure."""
+        ...
 
 
 @runtime_checkable

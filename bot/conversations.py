@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapters.base import Adapter, Button, ButtonAnswer, Delivery
+from adapters.media import FileSender
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
@@ -100,6 +101,13 @@ class AdapterMessenger:
 
     async def send(self, text: str) -> str:
         message_id = await self._adapter.send_text(self._target, text)
+        return f"delivered as message {message_id}"
+
+    async def send_file(self, filename: str, data: bytes, caption: str, send_as: str) -> str:
+        """`send_file`: the adapter posts it (`adapters.media.FileSender`), confirmed or raising."""
+        if not isinstance(self._adapter, FileSender):
+            raise RuntimeError(f"{self._target.platform} cannot send files")
+        message_id = await self._adapter.send_file(self._target, data, filename, caption=caption, send_as=send_as)  # type: ignore[arg-type]
         return f"delivered as message {message_id}"
 
     async def send_choices(self, text: str, choices: Sequence[tuple[str, str]]) -> str:

@@ -60,3 +60,18 @@ async def test_a_discord_voice_message_is_transcribed_and_answered(
         await h.bot_text(dm, lambda t: t == '🎤 "hello from discord"')
         await h.bot_text(dm, lambda t: t.startswith("echo:"))
         assert stt.requests[0].seconds > 0.5
+
+
+async def test_send_file_posts_a_discord_attachment(tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic) -> None:
+    from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools
+
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        h.workspace.mkdir(parents=True, exist_ok=True)
+        (h.workspace / "todo.md").write_text("- water plants\n")
+        fake_api.script(reply_tools(ToolUse("send_file", {"path": "todo.md", "caption": "here"})), reply_text("sent"))
+        dm = dc.dm_channel(OWNER)
+        dc.say(dm, OWNER, "send me my todo list")
+        await h.bot_text(dm, lambda t: t == "sent")
+        (sent,) = [m for m in dc.bot_messages(dm) if m.attachments]
+        assert sent.content == "here"
+        assert [(a["filename"], a["data"]) for a in sent.attachments] == [("todo.md", "- water plants\n")]  # the fake keeps text

@@ -323,6 +323,20 @@ class DiscordAdapter(StartsOnce):
             raise RuntimeError("DiscordAdapter is not running")
         return self._ctx
 
+    async def send_file(
+        self, target: ReplyTarget, data: bytes, filename: str, *, caption: str = "", send_as: str = "document"
+    ) -> str:
+        """`adapters.media.FileSender`: one message with the file attached (Discord shows
+        images and audio inline; there is no separate photo or voice kind for bots)."""
+        ctx = self._running()
+        target = await self._resolved(target)
+        transport = ctx.transport_for(target, quote=False)
+
+        async def send() -> str:
+            return await transport.send_file(data, filename, caption[:2000])
+
+        return await through_outbox(ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s)
+
     async def fetch_attachment(self, attachment: Any, max_bytes: int) -> bytes:
         """`adapters.media.MediaFetcher`: an attachment's URL, through discord.py's session."""
         from adapters.media import TooBig, Unavailable

@@ -292,6 +292,20 @@ class TelegramAdapter(StartsOnce):
 
     # -- outbound --------------------------------------------------------------------
 
+    async def send_file(
+        self, target: ReplyTarget, data: bytes, filename: str, *, caption: str = "", send_as: str = "document"
+    ) -> str:
+        """`adapters.media.FileSender`: sendPhoto / sendVoice / sendDocument, paced like text."""
+        ctx = self._running()
+        transport = transport_for(ctx, target, quote=False)
+
+        async def send() -> str:
+            return str((await transport.send_media(send_as, data, filename, caption[:1024])).message_id)
+
+        return await through_outbox(
+            ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s, pace=transport.pace,
+        )
+
     def _running(self) -> ReplyContext:
         if self._state != "running" or self._ctx is None:
             raise RuntimeError("TelegramAdapter is not running")

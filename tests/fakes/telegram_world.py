@@ -203,6 +203,14 @@ class World:
                 data["document"]["file_name"] = doc.file_name
             if doc.mime_type:
                 data["document"]["mime_type"] = doc.mime_type
+        if msg.photo is not None:
+            ph = msg.photo
+            data["photo"] = [{"file_id": ph.file_id, "file_unique_id": ph.file_unique_id,
+                              "file_size": len(ph.data), "width": 1, "height": 1}]
+        if msg.voice is not None:
+            v = msg.voice
+            data["voice"] = {"file_id": v.file_id, "file_unique_id": v.file_unique_id,
+                             "file_size": len(v.data), "duration": 1, "mime_type": "audio/ogg"}
         if msg.caption is not None:
             data["caption"] = msg.caption
             if msg.entities:
