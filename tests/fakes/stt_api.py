@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ class SttRequest:
     content_type: str
     seconds: float
     status: int
+    received_at: float
+    """time.monotonic() when the request arrived."""
 
 
 class FakeStt:
@@ -82,6 +85,7 @@ class FakeStt:
     async def _transcribe(self, request: web.Request) -> web.Response:
         if self.down:
             return _error(503, "Service Unavailable")
+        arrived = time.monotonic()
         if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return _error(401, "Incorrect API key provided")
         if not (request.content_type or "").startswith("multipart/"):
@@ -103,7 +107,7 @@ class FakeStt:
         except Exception:
             seconds = 0.0
         status = 200 if seconds >= 0.3 else 400
-        self._record(SttRequest(fields["model"], audio[0], audio[1], seconds, status))
+        self._record(SttRequest(fields["model"], audio[0], audio[1], seconds, status, arrived))
         if status != 200:
             return _error(400, "Invalid file format. Supported formats: flac, m4a, mp3, mp4, mpeg, mpga, oga, ogg, wav, webm")
         text = self.transcript(seconds) if callable(self.transcript) else self.transcript
