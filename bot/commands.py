@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "usage": "runs, tokens, cache hits and estimated cost: today and this week",
     "compact": "summarise older messages now so the conversation fits (all stay stored)",
     "retry": "try again a voice note I couldn't transcribe",
+    "voice": "answers to voice notes as voice notes too: /voice on|off",
 }
 GROUP_COMMANDS: dict[str, str] = {
     "allow": "owner only: let me answer in this group",

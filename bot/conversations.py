@@ -42,6 +42,7 @@ from workspace.daily_log import append_run_entry
 
 if TYPE_CHECKING:
     from bot.media import MediaIntake
+    from bot.tts import OpenAISpeech
     from agent_core.plans import PlanBook
     from agent_core.questions import Question, QuestionDesk
     from agent_core.workers import WorkerPool
@@ -174,6 +175,8 @@ class Conversations:
         """The process's model circuit breakers, for /status (set by bot.app)."""
         self.media: MediaIntake | None = None
         """Attachments → content (set by bot.app; None: attachments are ignored)."""
+        self.speech: OpenAISpeech | None = None
+        """Text to speech for `/voice on` (set by bot.app; None: not configured)."""
         self.album_settle_s = ALBUM_SETTLE_S
         self.deferred: dict[str, list[Pending]] = {}
         """Messages whose voice note could not be transcribed, per session: they join the
@@ -467,6 +470,8 @@ class Conversations:
             if outcome is not None:
                 # The user has the answer: a message now is next, not "waiting for the answer".
                 self.lanes.answered(key)
+            if isinstance(outcome, RunFinished) and outcome.text and self.speech is not None and _spoke(items):
+                self._spawn(self._voice_reply(key, adapter, target, outcome.text))
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -480,6 +485,34 @@ class Conversations:
                 await self._shielded(
                     self.jobs.finished(last.job, sink, request.run_id, outcome, cancelled, adapter, target)
                 )
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Closing work that must not hold the lane (shutdown still waits for it)."""
+        task = asyncio.ensure_future(work)
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _voice_reply(self, key: str, adapter: Adapter, target: ReplyTarget, text: str) -> None:
+        """`/voice on`: the answer to a voice note also comes back spoken (after the text)."""
+        from adapters.media import FileSender
+        from bot.tts import SpeechError
+
+        try:
+            if self.speech is None or not await self.storage.voice_replies(key) or not isinstance(adapter, FileSender):
+                return
+            audio = await self.speech.speak(text)
+            await adapter.send_file(ReplyTarget(target.platform, target.chat_id, target.thread_id),
+                                    audio, "answer.ogg", send_as="voice")
+        except SpeechError as exc:
+            await self._notify_target(adapter, target, f"🔇 I couldn't speak this answer: {exc}.")
+        except Exception:
+            log.exception("voice_reply.failed", extra={"session": key})
+
+    async def _notify_target(self, adapter: Adapter, target: ReplyTarget, text: str) -> None:
+        try:
+            await adapter.send_text(target, text)
+        except Exception:
+            log.exception("notice.failed", extra={"platform": target.platform})
 
     async def _shielded(self, work: Coroutine[Any, Any, T]) -> T:
         """Run `work` to its end even if the caller is cancelled (a stopped run still closes
@@ -617,6 +650,11 @@ class Conversations:
         while self._finishing:  # stopped runs' replies closed and outcomes stored, first
             await asyncio.gather(*list(self._finishing), return_exceptions=True)
         await self.metrics.settle()  # stored before the database closes
+
+
+def _spoke(items: list[Pending]) -> bool:
+    """Whether a voice note (or audio) is among the messages a run answers."""
+    return any(a.kind in ("voice", "audio") for p in items for a in p.inbound.attachments)
 
 
 def _inbox_ids(items: list[Pending]) -> list[int]:

@@ -141,6 +141,15 @@ class SttSettings(_Section):
         return "openai" if self.base_url else "off"
 
 
+class TtsSettings(_Section):
+    base_url: str | None = None
+    """Any OpenAI-compatible API root serving /v1/audio/speech; None: /voice is unavailable."""
+    api_key: SecretStr | None = None
+    model: str = "tts-1"
+    voice: str = "alloy"
+    timeout_s: float = Field(60.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ROOST_", env_nested_delimiter="__", extra="forbid", populate_by_name=True
@@ -157,6 +166,7 @@ class Settings(BaseSettings):
     discord: DiscordSettings = DiscordSettings()
     media: MediaSettings = MediaSettings()
     stt: SttSettings = SttSettings()
+    tts: TtsSettings = TtsSettings()
     policy: PolicySettings = PolicySettings()
     """Hot-reloaded from roost.toml while running."""
     limits: LimitSettings = LimitSettings()
@@ -228,7 +238,7 @@ class Settings(BaseSettings):
     def secrets(self) -> list[str]:
         """Every secret value, for the log redaction filter."""
         values = [self.telegram_bot_token, self.discord_bot_token, self.anthropic_api_key, self.telegram.webhook_secret,
-                  self.stt.api_key]
+                  self.stt.api_key, self.tts.api_key]
         return [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
 
     @classmethod

@@ -7,7 +7,6 @@ import base64
 import io
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,26 +45,30 @@ def spoken_ogg(phrase: str) -> bytes:
     """`phrase` spoken by espeak-ng, encoded as a Telegram-style voice note (OGG/Opus, mono)."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
+    wav = subprocess.run(["espeak-ng", "--stdout", phrase], check=True, capture_output=True).stdout
+    return wav_to_ogg_opus(wav)
+
+
+def wav_to_ogg_opus(wav: bytes) -> bytes:
+    """Written here, not borrowed from bot.tts: the test's encoder must not be the code
+    under test."""
     import av
 
-    with tempfile.TemporaryDirectory() as tmp:
-        wav = Path(tmp) / "v.wav"
-        subprocess.run(["espeak-ng", "-w", str(wav), phrase], check=True, capture_output=True)
-        out = io.BytesIO()
-        with av.open(str(wav)) as src, av.open(out, "w", format="ogg") as dst:
-            stream = dst.add_stream("libopus", rate=48000)
-            stream.layout = "mono"
-            resampler = av.AudioResampler(format="s16", layout="mono", rate=48000)
-            for frame in src.decode(audio=0):
-                for f in resampler.resample(frame):
-                    for packet in stream.encode(f):
-                        dst.mux(packet)
-            for f in resampler.resample(None):
+    out = io.BytesIO()
+    with av.open(io.BytesIO(wav)) as src, av.open(out, "w", format="ogg") as dst:
+        stream = dst.add_stream("libopus", rate=48000)
+        stream.layout = "mono"
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=48000)
+        for frame in src.decode(audio=0):
+            for f in resampler.resample(frame):
                 for packet in stream.encode(f):
                     dst.mux(packet)
-            for packet in stream.encode(None):
+        for f in resampler.resample(None):
+            for packet in stream.encode(f):
                 dst.mux(packet)
-        return out.getvalue()
+        for packet in stream.encode(None):
+            dst.mux(packet)
+    return out.getvalue()
 
 
 def audio_seconds(data: bytes) -> float:

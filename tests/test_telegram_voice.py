@@ -102,3 +102,48 @@ async def test_without_speech_to_text_a_voice_note_gets_a_one_line_notice(
         tg.send_private(OWNER, "ok")
         await h.says(OWNER, "echo: ok")
         assert len(fake_api.requests) == 1
+
+
+def _audio_settings(stt: FakeStt) -> dict[str, object]:
+    return {"stt": _stt_settings(stt), "tts": {"base_url": stt.base_url, "api_key": "stt-key", "voice": "nova"}}
+
+
+async def test_voice_on_answers_a_voice_note_with_an_ogg_opus_voice_message_and_the_text(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic, stt: FakeStt
+) -> None:
+    from tests.media_support import audio_seconds
+
+    async with running(tmp_path, tg, fake_api, paced=False, **_audio_settings(stt)) as h:
+        tg.send_private(OWNER, "/voice on")
+        await h.bot_text(OWNER, lambda t: t.startswith("Voice replies on"))
+        tg.send_media(OWNER, OWNER, "voice", spoken_ogg(PHRASE), mime_type="audio/ogg")
+        answer = await h.bot_text(OWNER, lambda t: t.startswith("echo:"))
+        voice = await tg.await_for(lambda: next((m for m in tg.bot_messages(OWNER) if m.voice is not None), None))
+        assert voice.voice.data.startswith(b"OggS") and audio_seconds(voice.voice.data) > 0.5
+        assert voice.message_id > answer.message_id  # the text first, then the voice
+        (spoken,) = stt.speech_requests
+        assert spoken["voice"] == "nova" and PHRASE in str(spoken["input"])
+
+
+async def test_a_tts_service_answering_wav_still_gives_telegram_an_ogg_opus_voice_message(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic, stt: FakeStt
+) -> None:
+    from tests.media_support import audio_seconds
+
+    stt.speech_as_wav = True
+    async with running(tmp_path, tg, fake_api, paced=False, **_audio_settings(stt)) as h:
+        tg.send_private(OWNER, "/voice on")
+        await h.bot_text(OWNER, lambda t: t.startswith("Voice replies on"))
+        tg.send_media(OWNER, OWNER, "voice", spoken_ogg(PHRASE), mime_type="audio/ogg")
+        voice = await tg.await_for(lambda: next((m for m in tg.bot_messages(OWNER) if m.voice is not None), None))
+        assert voice.voice.data.startswith(b"OggS") and audio_seconds(voice.voice.data) > 0.5
+
+
+async def test_voice_off_answers_voice_notes_in_text_only(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic, stt: FakeStt
+) -> None:
+    async with running(tmp_path, tg, fake_api, paced=False, **_audio_settings(stt)) as h:
+        tg.send_media(OWNER, OWNER, "voice", spoken_ogg(PHRASE), mime_type="audio/ogg")
+        await h.bot_text(OWNER, lambda t: t.startswith("echo:"))
+        await h.app.conversations.aclose()  # every closing task done
+        assert stt.speech_requests == [] and not [m for m in tg.bot_messages(OWNER) if m.voice is not None]

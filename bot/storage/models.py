@@ -86,6 +86,8 @@ class SessionModel(Base):
     updated_at: Mapped[datetime]
     queue_mode: Mapped[str | None] = mapped_column(String(16))
     """Messages while busy (bot.lanes): None = the configured default."""
+    voice_replies: Mapped[bool | None] = mapped_column(Boolean)
+    """`/voice on`: answers to voice notes also come back spoken (bot.tts)."""
 
 
 class MessageModel(Base):

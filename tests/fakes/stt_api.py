@@ -1,4 +1,7 @@
-"""A fake OpenAI-compatible speech-to-text server (`POST /v1/audio/transcriptions`).
+"""A fake OpenAI-compatible audio server: speech to text (`POST /v1/audio/transcriptions`)
+and text to speech (`POST /v1/audio/speech`, spoken for real by espeak-ng; OGG/Opus when
+`response_format` is "opus", unless `speech_as_wav` makes it answer WAV as some local
+servers do).
 
 Strict where it matters: multipart with a `file` part and a `model` field, a bearer key when
 one is configured, and the file must decode as audio (PyAV) with at least 0.3 s of sound —
@@ -35,6 +38,8 @@ class FakeStt:
         self.transcript = transcript
         self.down = False
         self.requests: list[SttRequest] = []
+        self.speech_requests: list[dict[str, object]] = []
+        self.speech_as_wav = False
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -65,6 +70,7 @@ class FakeStt:
         async def start() -> None:
             app = web.Application(client_max_size=64 * 1024 * 1024)
             app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+            app.router.add_post("/v1/audio/speech", self._speech)
             self._runner = web.AppRunner(app, access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -112,6 +118,39 @@ class FakeStt:
             return _error(400, "Invalid file format. Supported formats: flac, m4a, mp3, mp4, mpeg, mpga, oga, ogg, wav, webm")
         text = self.transcript(seconds) if callable(self.transcript) else self.transcript
         return web.json_response({"text": text})
+
+
+    async def _speech(self, request: web.Request) -> web.Response:
+        if self.down:
+            return _error(503, "Service Unavailable")
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return _error(401, "Incorrect API key provided")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "We could not parse the JSON body of your request.")
+        for name in ("model", "input", "voice"):
+            if not isinstance(body.get(name), str) or not body[name]:
+                return _error(400, f"'{name}' is a required property")
+        if len(body["input"]) > 4096:
+            return _error(400, "'input' is too long: at most 4096 characters")
+        fmt = body.get("response_format", "mp3")
+        if fmt not in ("mp3", "opus", "aac", "flac", "wav", "pcm"):
+            return _error(400, f"Invalid response_format {fmt!r}")
+        with self._lock:
+            self.speech_requests.append(dict(body))
+        wav = await asyncio.to_thread(_espeak_wav, body["input"])
+        if fmt == "opus" and not self.speech_as_wav:
+            from tests.media_support import wav_to_ogg_opus
+
+            return web.Response(body=await asyncio.to_thread(wav_to_ogg_opus, wav), content_type="audio/ogg")
+        return web.Response(body=wav, content_type="audio/wav")
+
+
+def _espeak_wav(text: str) -> bytes:
+    import subprocess
+
+    return subprocess.run(["espeak-ng", "--stdout", text[:500]], check=True, capture_output=True).stdout
 
 
 def _decoded_seconds(data: bytes) -> float:
