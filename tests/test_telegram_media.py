@@ -137,3 +137,18 @@ async def _session_keys(h: Any) -> list[str]:
 
     async with h.app.storage.engine.connect() as conn:
         return list((await conn.scalars(select(SessionModel.key))).all())
+
+
+async def test_a_photo_telegram_no_longer_has_gets_a_clear_line_and_the_chat_goes_on(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        chat = {"id": OWNER, "type": "private", "first_name": "Olivia"}
+        user = {"id": OWNER, "is_bot": False, "first_name": "Olivia"}
+        tg.push_update({"message": {"date": 1_700_000_000, "chat": chat, "from": user, "message_id": 902,
+                                    "photo": [{"file_id": "gone", "file_unique_id": "u", "width": 1, "height": 1}]}})
+        await h.bot_text(OWNER, lambda t: t.startswith("Telegram would not give me that file"))
+        await h.app.conversations.lanes.drain()
+        tg.send_private(OWNER, "still there?")
+        await h.says(OWNER, "echo: still there?")
+        assert len(fake_api.requests) == 1 and _files(h.workspace / "inbox") == []
