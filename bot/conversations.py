@@ -427,12 +427,16 @@ class Conversations:
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
         try:
-            content = await self._content(key, last.route.scope, items)
+            if self.media is not None and any(p.inbound.attachments for p in items):
+                # From here on each message's text includes its transcript and file notes
+                # (the daily log and memory search see what was said, in this session).
+                items = await self._with_media(key, last.route.scope, items)
         except Deferred as exc:
             # Nothing was taken: the rows stay queued (a restart retries them too).
             self.deferred[key] = items
             await self._notify(exc.inbound, exc.notice)
             return
+        content = await self._content(key, last.route.scope, items)
         if not content:  # e.g. only a voice note while speech-to-text is off (told already)
             await self.storage.finish_inbound(_inbox_ids(items))
             return
@@ -576,8 +580,6 @@ class Conversations:
         return True
 
     async def _content(self, key: str, scope: Scope, items: list[Pending]) -> list[dict[str, Any]]:
-        if self.media is not None and any(p.inbound.attachments for p in items):
-            items = await self._with_media(key, scope, items)
         blocks: list[dict[str, Any]] = []
         if key.startswith("group:"):
             recent = await self.storage.recent_group_messages(key)

@@ -152,3 +152,40 @@ async def test_a_photo_telegram_no_longer_has_gets_a_clear_line_and_the_chat_goe
         tg.send_private(OWNER, "still there?")
         await h.says(OWNER, "echo: still there?")
         assert len(fake_api.requests) == 1 and _files(h.workspace / "inbox") == []
+
+
+async def test_in_steer_mode_a_photo_sent_mid_answer_waits_for_the_next_turn_with_its_image(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    from tests.fakes.anthropic_script import Reply, Text
+
+    slow = "Looking into it now, one moment please while I check the files."
+    fake_api.script(Reply(Text(slow, chunk_size=2, delay_s=0.05), ToolUse("list_dir", {})), reply_text("done listing"))
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_private(OWNER, "/queue steer")
+        await h.bot_text(OWNER, lambda t: t.startswith("Queue mode: steer"))
+        tg.send_private(OWNER, "list my files")
+        await h.bot_text(OWNER, lambda t: t.startswith("Looking"))
+        tg.send_media(OWNER, OWNER, "photo", jpeg(400, 300), caption="and this")
+        await h.bot_text(OWNER, lambda t: "done listing" in t)
+        await fake_api.await_requests(3, timeout=15)
+        await h.app.conversations.lanes.drain()
+        assert [r.status for r in fake_api.requests] == [200, 200, 200]
+        assert not [b for b in _blocks(fake_api, 1) if b["type"] == "image"]  # not steered in
+        assert [b["type"] for b in _blocks(fake_api, 2)].count("image") == 1  # its own turn
+
+
+async def test_a_voice_notes_transcript_is_in_the_chats_daily_log(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    from tests.fakes.stt_api import FakeStt
+    from tests.media_support import spoken_ogg
+
+    with FakeStt(api_key=None, transcript="buy oat milk on friday") as stt:
+        async with running(tmp_path, tg, fake_api, paced=False, stt={"base_url": stt.base_url}) as h:
+            fake_api.script(reply_text("noted"))  # the answer does not repeat it: the log must
+            tg.send_media(OWNER, OWNER, "voice", spoken_ogg("buy oat milk on friday"), mime_type="audio/ogg")
+            await h.says(OWNER, "noted")
+            await h.app.conversations.lanes.drain()
+            logs = [p.read_text() for p in (h.workspace / "memory").rglob("*.md")]
+            assert any("buy oat milk on friday" in text for text in logs)
