@@ -189,3 +189,17 @@ async def test_a_voice_notes_transcript_is_in_the_chats_daily_log(
             await h.app.conversations.lanes.drain()
             logs = [p.read_text() for p in (h.workspace / "memory").rglob("*.md")]
             assert any("buy oat milk on friday" in text for text in logs)
+
+
+async def test_an_unmentioned_group_photo_is_context_only_never_fetched_or_stored(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    tg.set_privacy_mode(False)  # the bot sees every group message
+    async with running(tmp_path, tg, fake_api, paced=False) as h:
+        tg.send_media(GROUP, 77, "photo", jpeg(400, 300), caption="our new office", first_name="Bob")
+        tg.send_group(GROUP, 77, "what do you think?", mention=True)
+        await h.bot_text(GROUP, lambda t: t.startswith("echo:"))
+        blocks = _blocks(fake_api)
+        assert not [b for b in blocks if b["type"] == "image"]
+        assert any("our new office [sent a photo]" in b.get("text", "") for b in blocks)
+        assert tg._world.downloads == [] and not list(h.workspace.rglob("inbox"))
