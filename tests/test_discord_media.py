@@ -75,3 +75,22 @@ async def test_send_file_posts_a_discord_attachment(tmp_path, dc: FakeDiscord, f
         (sent,) = [m for m in dc.bot_messages(dm) if m.attachments]
         assert sent.content == "here"
         assert [(a["filename"], a["data"]) for a in sent.attachments] == [("todo.md", "- water plants\n")]  # the fake keeps text
+
+
+async def test_voice_on_in_discord_answers_a_voice_message_with_an_ogg_opus_attachment(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic, stt: FakeStt
+) -> None:
+    from tests.media_support import audio_seconds
+
+    settings = {"stt": {"base_url": stt.base_url}, "tts": {"base_url": stt.base_url}}
+    async with running(tmp_path, dc, fake_api, paced=False, **settings) as h:
+        dm = dc.dm_channel(OWNER)
+        dc.say(dm, OWNER, "/voice on")
+        await h.bot_text(dm, lambda t: t.startswith("Voice replies on"))
+        dc.say(dm, OWNER, "", files=[("voice-message.ogg", "audio/ogg", spoken_ogg("hello from discord"))], voice=True)
+        await h.bot_text(dm, lambda t: t.startswith("echo:"))
+        sent = await dc.await_for(lambda: next((m for m in dc.bot_messages(dm) if m.attachments), None))
+        (attachment,) = sent.attachments
+        assert attachment["filename"] == "answer.ogg"
+        audio = dc.state.uploads[attachment["id"]]
+        assert audio.startswith(b"OggS") and audio_seconds(audio) > 0.5
