@@ -76,14 +76,6 @@ class WithMedia(Pending):
     media_blocks: tuple[dict[str, Any], ...] = ()
 
 
-class Deferred(Exception):
-    """A message of the batch cannot be answered yet (its voice note was not transcribed)."""
-
-    def __init__(self, inbound: Inbound, notice: str) -> None:
-        self.inbound, self.notice = inbound, notice
-        super().__init__(notice)
-
-
 def cleaned(inbound: Inbound) -> Inbound:
     """The inbound with text safe to store and send (a lone surrogate stored once fails
     every later request of the session); the same object when nothing needed cleaning."""
@@ -426,16 +418,18 @@ class Conversations:
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
-        try:
-            if self.media is not None and any(p.inbound.attachments for p in items):
-                # From here on each message's text includes its transcript and file notes
-                # (the daily log and memory search see what was said, in this session).
-                items = await self._with_media(key, last.route.scope, items)
-        except Deferred as exc:
-            # Nothing was taken: the rows stay queued (a restart retries them too).
-            self.deferred[key] = items
-            await self._notify(exc.inbound, exc.notice)
-            return
+        if self.media is not None and any(p.inbound.attachments for p in items):
+            # From here on each message's text includes its transcript and file notes (the
+            # daily log and memory search see what was said, in this session). A voice note
+            # that could not be transcribed waits: its row is not taken, so it stays queued
+            # (a restart retries it too); the rest of the batch is answered now.
+            items, waiting = await self._with_media(key, last.route.scope, items)
+            if waiting:
+                self.deferred[key] = waiting
+            if not items:
+                return
+            last = items[-1]
+            target = ReplyTarget.of(last.inbound)
         content = await self._content(key, last.route.scope, items)
         if not content:  # e.g. only a voice note while speech-to-text is off (told already)
             await self.storage.finish_inbound(_inbox_ids(items))
@@ -601,13 +595,16 @@ class Conversations:
             return []
         return blocks
 
-    async def _with_media(self, key: str, scope: Scope, items: list[Pending]) -> list[Pending]:
-        """Each message with attachments becomes its blocks and its new text (bot.media)."""
+    async def _with_media(self, key: str, scope: Scope, items: list[Pending]) -> tuple[list[Pending], list[Pending]]:
+        """Each message with attachments becomes its blocks and its new text (bot.media).
+        Returns (ready, waiting): waiting are the messages whose voice note could not be
+        transcribed, as they came (their sender is told)."""
         from bot.media import VoicePending
 
         assert self.media is not None
         images = [0]
         out: list[Pending] = []
+        waiting: list[Pending] = []
         for item in items:
             inbound = item.inbound
             if not inbound.attachments:
@@ -621,10 +618,12 @@ class Conversations:
             try:
                 media = await self.media.prepare(adapter, key, scope, inbound, images, notify)
             except VoicePending as exc:
-                raise Deferred(inbound, exc.notice) from None
+                waiting.append(item)
+                await self._notify(inbound, exc.notice)
+                continue
             out.append(WithMedia(dataclasses.replace(inbound, text=media.text), item.route, item.inbox_id,
                                  item.job, tuple(media.blocks)))
-        return out
+        return out, waiting
 
     async def _notify(self, inbound: Inbound, text: str) -> None:
         adapter = self.adapters.get(inbound.platform)

@@ -147,3 +147,20 @@ async def test_voice_off_answers_voice_notes_in_text_only(
         await h.bot_text(OWNER, lambda t: t.startswith("echo:"))
         await h.app.conversations.aclose()  # every closing task done
         assert stt.speech_requests == [] and not [m for m in tg.bot_messages(OWNER) if m.voice is not None]
+
+
+async def test_with_stt_down_a_text_sent_after_a_voice_note_is_answered_and_the_note_keeps_waiting(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic, stt: FakeStt
+) -> None:
+    stt.down = True
+    async with running(tmp_path, tg, fake_api, paced=False, stt=_stt_settings(stt)) as h:
+        tg.send_media(OWNER, OWNER, "voice", spoken_ogg(PHRASE), mime_type="audio/ogg")
+        await h.bot_text(OWNER, lambda t: t.startswith("🎤 I couldn't transcribe"))
+        tg.send_private(OWNER, "meanwhile: what time is it?")
+        await h.says(OWNER, "echo: meanwhile: what time is it?")
+        assert PHRASE not in str(fake_api.requests[0].json)
+        stt.down = False
+        tg.send_private(OWNER, "/retry")
+        await h.says(OWNER, f'🎤 "{PHRASE}"')
+        await h.app.conversations.lanes.drain()
+        assert len(fake_api.requests) == 2 and PHRASE in " ".join(user_texts(fake_api.requests[1].json))
