@@ -94,3 +94,16 @@ async def test_voice_on_in_discord_answers_a_voice_message_with_an_ogg_opus_atta
         assert attachment["filename"] == "answer.ogg"
         audio = dc.state.uploads[attachment["id"]]
         assert audio.startswith(b"OggS") and audio_seconds(audio) > 0.5
+
+
+async def test_a_30_mb_discord_attachment_gets_a_clear_message_and_is_never_fetched(
+    tmp_path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    async with running(tmp_path, dc, fake_api, paced=False) as h:
+        dm = dc.dm_channel(OWNER)
+        dc.say(dm, OWNER, "", files=[("video.mp4", "video/mp4", b"\0" * (30 * 1024 * 1024))])
+        await h.bot_text(dm, lambda t: "is 30 MB; I take up to 20 MB" in t)
+        dc.say(dm, OWNER, "still there?")
+        await h.bot_text(dm, lambda t: t == "echo: still there?")
+        assert dc.cdn_gets == [] and len(fake_api.requests) == 1
+        assert not (h.workspace / "inbox").exists()
