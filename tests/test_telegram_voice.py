@@ -164,3 +164,15 @@ async def test_with_stt_down_a_text_sent_after_a_voice_note_is_answered_and_the_
         await h.says(OWNER, f'🎤 "{PHRASE}"')
         await h.app.conversations.lanes.drain()
         assert len(fake_api.requests) == 2 and PHRASE in " ".join(user_texts(fake_api.requests[1].json))
+
+
+async def test_doctor_says_whether_voice_notes_are_transcribed(tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic) -> None:
+    from bot.doctor import _voice
+    from tests.telegram_harness import telegram_settings
+
+    off = _voice(telegram_settings(tmp_path, tg, fake_api))
+    assert off.status == "warn" and "ROOST_STT__BASE_URL" in off.fix
+    on = _voice(telegram_settings(tmp_path, tg, fake_api, stt={"base_url": "http://stt.local", "api_key": "k-secret"}))
+    assert on.status == "ok" and "http://stt.local" in on.detail and "k-secret" not in on.detail
+    broken = _voice(telegram_settings(tmp_path, tg, fake_api, stt={"engine": "openai"}))
+    assert broken.status == "fail"
