@@ -157,7 +157,30 @@ def size_of(messages: list[dict[str, Any]]) -> int:
 
 
 def _size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False))
+    return len(json.dumps(value, ensure_ascii=False)) - _media_excess(value)
+
+
+IMAGE_CHARS = 6_400
+"""What an image block counts as: ~1,600 tokens (a 1568 px image), not its base64 length."""
+PDF_CHARS_RATIO = 10
+"""A PDF block counts a tenth of its base64 (~2,500 tokens per ~100 KB page)."""
+
+
+def _media_excess(value: Any) -> int:
+    """How much more than its token cost the base64 of media blocks in `value` measures: a
+    photo's 150,000 characters must not push the conversation out of the window."""
+    if isinstance(value, list):
+        return sum(_media_excess(v) for v in value)
+    if not isinstance(value, dict):
+        return 0
+    source = value.get("source")
+    if value.get("type") in ("image", "document") and isinstance(source, dict) and source.get("type") == "base64":
+        data = source.get("data")
+        if isinstance(data, str):
+            cost = IMAGE_CHARS if value["type"] == "image" else len(data) // PDF_CHARS_RATIO
+            return max(0, len(data) - cost)
+    content = value.get("content")
+    return _media_excess(content) if isinstance(content, list) else 0
 
 
 def _is_start(message: dict[str, Any]) -> bool:

@@ -33,7 +33,7 @@ from agent_core.tools import RunEnd, Tool, ToolContext, ToolError, ToolRegistry
 log = logging.getLogger(__name__)
 
 WorkerStatus = Literal["running", "completed", "failed", "timed_out", "budget_exceeded", "cancelled", "interrupted"]
-PARENT_ONLY_TOOLS = frozenset({"spawn", "ask_user", "plan", "send_message", "schedule"})
+PARENT_ONLY_TOOLS = frozenset({"spawn", "ask_user", "plan", "send_message", "send_file", "schedule"})
 """Tools a worker never gets: it cannot spawn (depth 1), talk to the chat or change plans."""
 
 

@@ -37,6 +37,10 @@ from agent_core.risk import Scope
 from agent_core.tool_runner import CallCounts, ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.channel_cursors import StoredCursors
+from adapters.media import MB
+from bot.media import MediaIntake
+from bot.stt import transcriber
+from bot.tts import speech
 from bot.conversations import Conversations
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
@@ -355,6 +359,10 @@ async def build(
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         conversations.log_cutoffs = log_cutoffs
         conversations.channel_cursors = StoredCursors(storage, router, conversations.adapters)
+        conversations.media = MediaIntake(
+            root, int(settings.media.max_mb * MB), settings.media.max_images, transcriber(settings.stt)
+        )
+        conversations.speech = speech(settings.tts)
         questions.resume = conversations.resume_question
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs

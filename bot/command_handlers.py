@@ -190,6 +190,25 @@ class CommandHandlers:
             lines.append("MCP: " + "; ".join(f"{s.name} {s.state} ({s.tools} tools)" for s in servers))
         return "\n".join(lines)
 
+    async def _cmd_voice(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        """`/voice on|off`: answers to voice notes also come back as voice notes."""
+        arg = command.args.strip().lower()
+        key = route.session_key
+        if arg not in ("on", "off"):
+            state = "on" if await self._c.storage.voice_replies(key) else "off"
+            return f"Voice replies here: {state}. /voice on — I answer voice notes with a voice note too; /voice off — text only."
+        if arg == "on" and self._c.speech is None:
+            return "Voice replies need a text-to-speech service: set ROOST_TTS__BASE_URL (any OpenAI-compatible /v1/audio/speech)."
+        await self._c.storage.ensure_session(key, route.scope.value, inbound.platform, inbound.chat_id)
+        await self._c.storage.set_voice_replies(key, arg == "on")
+        return ("Voice replies on: I'll answer your voice notes with a voice note as well as text."
+                if arg == "on" else "Voice replies off: text only.")
+
+    async def _cmd_retry(self, command: Command, inbound: Inbound, route: Accept) -> str:
+        if await self._c.retry_deferred(route.session_key):
+            return "Trying your voice note again…"
+        return "Nothing is waiting to be retried here."
+
     async def _cmd_compact(self, command: Command, inbound: Inbound, route: Accept) -> str:
         """Compaction runs inside the session's next run (never beside a running one)."""
         compactor = self._c.agent.compactor

@@ -18,6 +18,8 @@ COMMANDS: dict[str, str] = {
     "queue": "messages while I'm busy: /queue collect|followup|steer|interrupt",
     "usage": "runs, tokens, cache hits and estimated cost: today and this week",
     "compact": "summarise older messages now so the conversation fits (all stay stored)",
+    "retry": "try again a voice note I couldn't transcribe",
+    "voice": "answers to voice notes as voice notes too: /voice on|off",
 }
 GROUP_COMMANDS: dict[str, str] = {
     "allow": "owner only: let me answer in this group",

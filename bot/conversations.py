@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapters.base import Adapter, Button, ButtonAnswer, Delivery, SendsNotices, Taken
 from adapters.catch_up import ChannelCursors
+from adapters.media import FileSender
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
@@ -43,6 +44,8 @@ from workspace.context import LogCutoffs
 from workspace.daily_log import append_run_entry
 
 if TYPE_CHECKING:
+    from bot.media import MediaIntake
+    from bot.tts import OpenAISpeech
     from agent_core.plans import PlanBook
     from agent_core.questions import Question, QuestionDesk
     from agent_core.workers import WorkerPool
@@ -53,6 +56,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_INBOUND_CHARS = 50_000
+ALBUM_SETTLE_S = 1.0
+"""How long a run waits for more parts of an album (Telegram sends each as its own update,
+normally in the same batch) after the last one arrived."""
 KEPT_NOTICE = "⏳ I'm restarting; I'll answer what you sent as soon as I'm back."
 
 
@@ -64,6 +70,13 @@ class Pending:
     """Its row in the inbox (None only for items built outside `receive`)."""
     job: JobRef | None = None
     """Set when this is a scheduled job's due run (bot.scheduling)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WithMedia(Pending):
+    """A message whose attachments were fetched: its blocks go before its text."""
+
+    media_blocks: tuple[dict[str, Any], ...] = ()
 
 
 def cleaned(inbound: Inbound) -> Inbound:
@@ -84,6 +97,13 @@ class AdapterMessenger:
 
     async def send(self, text: str) -> str:
         message_id = await self._adapter.send_text(self._target, text)
+        return f"delivered as message {message_id}"
+
+    async def send_file(self, filename: str, data: bytes, caption: str, send_as: str) -> str:
+        """`send_file`: the adapter posts it (`adapters.media.FileSender`), confirmed or raising."""
+        if not isinstance(self._adapter, FileSender):
+            raise RuntimeError(f"{self._target.platform} cannot send files")
+        message_id = await self._adapter.send_file(self._target, data, filename, caption=caption, send_as=send_as)  # type: ignore[arg-type]
         return f"delivered as message {message_id}"
 
     async def send_choices(self, text: str, choices: Sequence[tuple[str, str]]) -> str:
@@ -157,6 +177,14 @@ class Conversations:
         """Where each Discord channel was left, for catching up after a gap (set by bot.app)."""
         self.mcp_states: Callable[[], list[Any]] | None = None
         """MCP servers' states (bot.mcp_servers.ServerState), for the owner's /status."""
+        self.media: MediaIntake | None = None
+        """Attachments → content (set by bot.app; None: attachments are ignored)."""
+        self.speech: OpenAISpeech | None = None
+        """Text to speech for `/voice on` (set by bot.app; None: not configured)."""
+        self.album_settle_s = ALBUM_SETTLE_S
+        self.deferred: dict[str, list[Pending]] = {}
+        """Messages whose voice note could not be transcribed, per session: they join the
+        session's next run or /retry (their inbox rows stay queued, so a restart retries)."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
@@ -359,7 +387,11 @@ class Conversations:
     async def _accept(self, inbound: Inbound, route: Accept, inbox_id: int) -> bool:
         """Queue an accepted message for its session's run; False if refused (the sender is
         told why)."""
-        if not inbound.text.strip():
+        if inbound.attachments and self.media is not None:
+            inbound, notices = self.media.oversized(inbound)
+            for notice in notices:
+                await self._notify(inbound, notice)
+        if not inbound.text.strip() and not (inbound.attachments and self.media is not None):
             return False
         if len(inbound.text) > MAX_INBOUND_CHARS:
             await self._notify(
@@ -390,7 +422,7 @@ class Conversations:
             return False
         mode = self.lanes.mode_of(key)
         notice = queue_modes.BUSY_NOTICE["collect" if held and mode == "interrupt" else mode]
-        if waiting == 1 and acknowledge and notice:
+        if waiting == 1 and acknowledge and notice and inbound.album_id is None:
             # Best-effort: in a burst the answer itself is the acknowledgement, and a notice
             # taking its slot of the chat's pace would make every answer wait twice as long.
             await self._notify(inbound, notice, best_effort=True)
@@ -404,10 +436,27 @@ class Conversations:
             # Back in front, in order (a submit would queue them behind newer messages).
             self.lanes.requeue(key, [p for p in items if p not in now])
             items = now
+        if items[-1].job is None:
+            items = [*self.deferred.pop(key, []), *await self._album(key, items)]
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
+        if self.media is not None and any(p.inbound.attachments for p in items):
+            # From here on each message's text includes its transcript and file notes (the
+            # daily log and memory search see what was said, in this session). A voice note
+            # that could not be transcribed waits: its row is not taken, so it stays queued
+            # (a restart retries it too); the rest of the batch is answered now.
+            items, waiting = await self._with_media(key, last.route.scope, items)
+            if waiting:
+                self.deferred[key] = waiting
+            if not items:
+                return
+            last = items[-1]
+            target = ReplyTarget.of(last.inbound)
         content = await self._content(key, last.route.scope, items)
+        if not content:  # e.g. only a voice note while speech-to-text is off (told already)
+            await self.storage.finish_inbound(_inbox_ids(items))
+            return
         request = RunRequest(
             session_key=key,
             scope=last.route.scope,
@@ -442,6 +491,8 @@ class Conversations:
             if outcome is not None:
                 # The user has the answer: a message now is next, not "waiting for the answer".
                 self.lanes.answered(key)
+            if isinstance(outcome, RunFinished) and outcome.text and self.speech is not None and _spoke(items):
+                self._spawn(self._voice_reply(key, adapter, target, outcome.text))
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -455,6 +506,34 @@ class Conversations:
                 await self._shielded(
                     self.jobs.finished(last.job, sink, request.run_id, outcome, cancelled, adapter, target)
                 )
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Closing work that must not hold the lane (shutdown still waits for it)."""
+        task = asyncio.ensure_future(work)
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _voice_reply(self, key: str, adapter: Adapter, target: ReplyTarget, text: str) -> None:
+        """`/voice on`: the answer to a voice note also comes back spoken (after the text)."""
+        from adapters.media import FileSender
+        from bot.tts import SpeechError
+
+        try:
+            if self.speech is None or not await self.storage.voice_replies(key) or not isinstance(adapter, FileSender):
+                return
+            audio = await self.speech.speak(text)
+            await adapter.send_file(ReplyTarget(target.platform, target.chat_id, target.thread_id),
+                                    audio, "answer.ogg", send_as="voice")
+        except SpeechError as exc:
+            await self._notify_target(adapter, target, f"🔇 I couldn't speak this answer: {exc}.")
+        except Exception:
+            log.exception("voice_reply.failed", extra={"session": key})
+
+    async def _notify_target(self, adapter: Adapter, target: ReplyTarget, text: str) -> None:
+        try:
+            await adapter.send_text(target, text)
+        except Exception:
+            log.exception("notice.failed", extra={"platform": target.platform})
 
     async def _shielded(self, work: Coroutine[Any, Any, T]) -> T:
         """Run `work` to its end even if the caller is cancelled (a stopped run still closes
@@ -495,6 +574,28 @@ class Conversations:
         except OSError:
             log.exception("daily_log.write_failed", extra={"session": key})
 
+    async def _album(self, key: str, items: list[Pending]) -> list[Pending]:
+        """The parts of an album still arriving join the run of its first part: wait until
+        none came for `album_settle_s` (parts queued behind a run are in `items` already)."""
+        albums = {p.inbound.album_id for p in items if p.inbound.album_id is not None}
+        if not albums:
+            return items
+        items = list(items)
+        while True:
+            await asyncio.sleep(self.album_settle_s)
+            more = self.lanes.take_queued(key, lambda p: p.job is None and p.inbound.album_id in albums)
+            if not more:
+                return items
+            items.extend(more)
+
+    async def retry_deferred(self, key: str) -> bool:
+        """/retry: the session's messages waiting after a failed transcription run again."""
+        waiting = self.deferred.pop(key, [])
+        if not waiting:
+            return False
+        self.lanes.requeue(key, waiting)
+        return True
+
     async def _content(self, key: str, scope: Scope, items: list[Pending]) -> list[dict[str, Any]]:
         blocks: list[dict[str, Any]] = []
         if key.startswith("group:"):
@@ -509,8 +610,43 @@ class Conversations:
                     }
                 )
                 await self.storage.clear_group_messages(key)
-        blocks.extend(queue_modes.content_block(item, scope) for item in items)
+        for item in items:
+            blocks.extend(getattr(item, "media_blocks", ()))
+            if item.inbound.text.strip():
+                blocks.append(queue_modes.content_block(item, scope))
+        if not any(b.get("type") != "text" for b in blocks) and not any(p.inbound.text.strip() for p in items):
+            return []
         return blocks
+
+    async def _with_media(self, key: str, scope: Scope, items: list[Pending]) -> tuple[list[Pending], list[Pending]]:
+        """Each message with attachments becomes its blocks and its new text (bot.media).
+        Returns (ready, waiting): waiting are the messages whose voice note could not be
+        transcribed, as they came (their sender is told)."""
+        from bot.media import VoicePending
+
+        assert self.media is not None
+        images = [0]
+        out: list[Pending] = []
+        waiting: list[Pending] = []
+        for item in items:
+            inbound = item.inbound
+            if not inbound.attachments:
+                out.append(item)
+                continue
+            adapter = self.adapters.get(inbound.platform)
+
+            async def notify(text: str, inbound: Inbound = inbound) -> None:
+                await self._notify(inbound, text)
+
+            try:
+                media = await self.media.prepare(adapter, key, scope, inbound, images, notify)
+            except VoicePending as exc:
+                waiting.append(item)
+                await self._notify(inbound, exc.notice)
+                continue
+            out.append(WithMedia(dataclasses.replace(inbound, text=media.text), item.route, item.inbox_id,
+                                 item.job, tuple(media.blocks)))
+        return out, waiting
 
     async def _notify(self, inbound: Inbound, text: str, *, best_effort: bool = False) -> None:
         adapter = self.adapters.get(inbound.platform)
@@ -541,6 +677,11 @@ class Conversations:
         while self._finishing:  # stopped runs' replies closed and outcomes stored, first
             await asyncio.gather(*list(self._finishing), return_exceptions=True)
         await self.metrics.settle()  # stored before the database closes
+
+
+def _spoke(items: list[Pending]) -> bool:
+    """Whether a voice note (or audio) is among the messages a run answers."""
+    return any(a.kind in ("voice", "audio") for p in items for a in p.inbound.attachments)
 
 
 def _inbox_ids(items: list[Pending]) -> list[int]:

@@ -34,7 +34,21 @@ async def run_checks(settings: Settings) -> list[Check]:
     checks.append(_policy(settings))
     if settings.mcp.servers:
         checks.append(await _mcp(settings))
+    checks.append(_voice(settings))
     return checks
+
+
+def _voice(settings: Settings) -> Check:
+    """Read-only: says what voice notes get; it never calls the services (no cost, no key sent)."""
+    stt, tts = settings.stt, settings.tts
+    if stt.active == "off":
+        return Check("voice", "warn", "speech-to-text off: voice notes get a one-line notice, no transcript",
+                     "ROOST_STT__BASE_URL=<an OpenAI-compatible API, e.g. https://api.openai.com> (+ ROOST_STT__API_KEY)")
+    if not stt.base_url:
+        return Check("voice", "fail", "ROOST_STT__ENGINE=openai but ROOST_STT__BASE_URL is not set",
+                     "ROOST_STT__BASE_URL=<an OpenAI-compatible API>")
+    replies = f"voice replies via {tts.base_url} ({tts.voice})" if tts.base_url else "voice replies off (ROOST_TTS__BASE_URL)"
+    return Check("voice", "ok", f"voice notes transcribed via {stt.base_url} ({stt.model}); {replies}")
 
 
 def _config(settings: Settings) -> Check:

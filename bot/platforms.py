@@ -40,6 +40,7 @@ def telegram_adapter(settings: Settings, **extra: Any) -> TelegramAdapter:
     return TelegramAdapter(
         settings.telegram_bot_token.get_secret_value(),
         base_url=tg.base_url,
+        base_file_url=tg.base_file_url,
         mode=tg.mode,
         webhook_url=tg.webhook_url,
         webhook_listen=tg.webhook_listen,

@@ -74,7 +74,9 @@ def steer_hook(
     async def steer() -> list[dict[str, Any]]:
         if c.lanes.mode_of(key) != "steer":
             return []
-        taken = c.lanes.take_queued(key, lambda p: p.job is None)
+        # A message with files waits for the next run: fetching them, or a transcription that
+        # fails, has no place between two tool calls.
+        taken = c.lanes.take_queued(key, lambda p: p.job is None and not p.inbound.attachments)
         if not taken:
             return []
         ids = [p.inbox_id for p in taken if p.inbox_id is not None]

@@ -62,6 +62,8 @@ GROUP_COMMAND_RULES: dict[str, Who] = {
     "stop": Who.STARTER,
     "usage": Who.ANYONE,  # in a group: that group's figures only
     "queue": Who.ADMIN,
+    "retry": Who.ANYONE,  # only re-runs a voice note of this chat that waits for a transcript
+    "voice": Who.ADMIN,
 }
 """Commands not listed here are the owner's alone in a group."""
 

@@ -128,7 +128,7 @@ class Router:
         key = session_key(inbound, is_owner=owner)
         if not inbound.mentioned:
             await self._storage.add_group_message(
-                key, inbound.sender_name, inbound.text, inbound.received_at,
+                key, inbound.sender_name, _as_context(inbound), inbound.received_at,
                 keep=CONTEXT_KEPT.get(inbound.platform, DEFAULT_CONTEXT_KEPT),
             )
             return Buffered()
@@ -168,3 +168,12 @@ class Router:
             self._told = {k: t for k, t in self._told.items() if now - t < PAIRING_RETELL}
         self._told[inbound.identity] = now
         return True
+
+
+def _as_context(inbound: Inbound) -> str:
+    """An unmentioned message as chat context: its text, and what it carried (files are not
+    fetched for context: only a message addressed to Roost is)."""
+    if not inbound.attachments:
+        return inbound.text
+    sent = ", ".join(f"a {a.kind}" + (f" ({a.name})" if a.kind == "document" and a.name else "") for a in inbound.attachments)
+    return f"{inbound.text} [sent {sent}]".strip()

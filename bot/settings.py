@@ -139,6 +139,9 @@ class TelegramSettings(_Section):
     webhook_listen: str = "0.0.0.0:8443"
     webhook_secret: SecretStr | None = None
     allowed_groups: list[str] = []
+    base_file_url: str | None = None
+    """Where files are downloaded (ROOST_TELEGRAM__BASE_FILE_URL); None: base_url with its
+    final /bot replaced by /file/bot."""
 
     @field_validator("allowed_groups", mode="before")
     @classmethod
@@ -197,6 +200,39 @@ class DashboardSettings(_Section):
         return host.strip("[]"), int(port)
 
 
+class MediaSettings(_Section):
+    max_mb: float = Field(20.0, gt=0)
+    """The largest file fetched (ROOST_MEDIA__MAX_MB); larger ones are refused with a notice."""
+    max_images: int = Field(10, ge=1, le=100)
+    """Images shown to the model per turn; more are saved and described."""
+
+
+class SttSettings(_Section):
+    engine: Literal["openai", "off"] | None = None
+    """ROOST_STT__ENGINE; None: openai when a base URL is set, else off."""
+    base_url: str | None = None
+    """Any OpenAI-compatible API root serving /v1/audio/transcriptions (OpenAI, Groq, a local
+    whisper server), e.g. https://api.openai.com."""
+    api_key: SecretStr | None = None
+    model: str = "whisper-1"
+    timeout_s: float = Field(60.0, gt=0)
+
+    @property
+    def active(self) -> Literal["openai", "off"]:
+        if self.engine is not None:
+            return self.engine
+        return "openai" if self.base_url else "off"
+
+
+class TtsSettings(_Section):
+    base_url: str | None = None
+    """Any OpenAI-compatible API root serving /v1/audio/speech; None: /voice is unavailable."""
+    api_key: SecretStr | None = None
+    model: str = "tts-1"
+    voice: str = "alloy"
+    timeout_s: float = Field(60.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ROOST_", env_nested_delimiter="__", extra="forbid", populate_by_name=True
@@ -211,6 +247,9 @@ class Settings(BaseSettings):
     agent: AgentSettings = AgentSettings()
     telegram: TelegramSettings = TelegramSettings()
     discord: DiscordSettings = DiscordSettings()
+    media: MediaSettings = MediaSettings()
+    stt: SttSettings = SttSettings()
+    tts: TtsSettings = TtsSettings()
     policy: PolicySettings = PolicySettings()
     """Hot-reloaded from roost.toml while running."""
     limits: LimitSettings = LimitSettings()
@@ -284,7 +323,8 @@ class Settings(BaseSettings):
     @property
     def secrets(self) -> list[str]:
         """Every secret value, for the log redaction filter."""
-        values = [self.telegram_bot_token, self.discord_bot_token, self.anthropic_api_key, self.telegram.webhook_secret]
+        values = [self.telegram_bot_token, self.discord_bot_token, self.anthropic_api_key, self.telegram.webhook_secret,
+                  self.stt.api_key, self.tts.api_key]
         found = [v.get_secret_value() for v in values if v is not None and v.get_secret_value()]
         return found + self.mcp.secret_values()  # what [mcp] ${VAR} references stand for
 

@@ -3,6 +3,7 @@ accepts what it accepts — exercised through the real anthropic SDK over real H
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Callable
 from typing import Any
@@ -43,6 +44,17 @@ def _with(**changes: Any) -> Callable[[], dict[str, Any]]:
 
 
 _DROP = object()
+_JPEG = b"\xff\xd8\xff\xe0" + b"\0" * 16
+
+
+def _image(media_type: str, raw: bytes) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type,
+                                        "data": base64.b64encode(raw).decode()}}
+
+
+def _pdf(raw: bytes) -> dict[str, Any]:
+    return {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                           "data": base64.b64encode(raw).decode()}}
 
 REJECTED: dict[str, tuple[Callable[[], dict[str, Any]], str]] = {
     "missing_model": (_with(model=_DROP), "model: Field required"),
@@ -163,6 +175,22 @@ REJECTED: dict[str, tuple[Callable[[], dict[str, Any]], str]] = {
     "system_block_empty": (
         _with(system=[{"type": "text", "text": ""}]), "system: text content blocks must be non-empty"
     ),
+    "image_bytes_do_not_match_media_type": (
+        _with(messages=[{"role": "user", "content": [_image("image/png", _JPEG)]}]),
+        "Image does not match the provided media type image/png",
+    ),
+    "image_unsupported_media_type": (
+        _with(messages=[{"role": "user", "content": [_image("image/bmp", b"BM..")]}]),
+        "media_type: Input should be 'image/jpeg'",
+    ),
+    "image_not_base64": (
+        _with(messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "not base64!"}}]}]),
+        "invalid base64 data",
+    ),
+    "document_not_a_pdf": (
+        _with(messages=[{"role": "user", "content": [_pdf(b"hello")]}]), "The PDF specified was not valid",
+    ),
 }
 
 
@@ -197,6 +225,8 @@ ACCEPTED: dict[str, dict[str, Any]] = {
             {"role": "user", "content": [tool_result("toolu_a"), {"type": "text", "text": "and thanks"}]},
         ],
     },
+    "image_and_pdf_blocks": {"messages": [{"role": "user", "content": [
+        _image("image/jpeg", _JPEG), _pdf(b"%PDF-1.4\n"), {"type": "text", "text": "what are these?"}]}]},
     "four_cache_breakpoints": {
         "tools": [{**WEATHER_TOOL, "cache_control": EPHEMERAL}],
         "system": [{"type": "text", "text": "a", "cache_control": EPHEMERAL}],

@@ -225,7 +225,7 @@ def test_default_tools_are_complete_and_stable() -> None:
     registry = ToolRegistry(default_tools(exec_max_timeout_s=60))
     assert registry.names() == [
         "read_file", "write_file", "edit_file", "list_dir", "exec", "web_fetch",
-        "memory_search", "memory_get", "memory_write", "load_skill", "send_message",
+        "memory_search", "memory_get", "memory_write", "load_skill", "send_message", "send_file",
     ]
     assert registry.schemas() == ToolRegistry(default_tools(exec_max_timeout_s=60)).schemas()
     exec_tool = registry.get("exec")

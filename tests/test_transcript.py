@@ -184,3 +184,14 @@ def test_unique_tool_ids_is_deterministic_and_fixes_invalid_characters() -> None
     assert pairs == [("toolu_1", "toolu_1_2"), ("call:7", "call_7"), ("call:7", "call_7_2")]
     assert [b.get("id") for b in content] == ["toolu_1_2", None, "call_7", "call_7_2"]
     assert taken == {"toolu_1", "toolu_1_2", "call_7", "call_7_2"}
+
+
+def test_a_photo_counts_as_its_token_cost_not_its_base64_length() -> None:
+    # 150,000 characters of base64 would otherwise fill a third of the window per photo.
+    from agent_core.transcript import IMAGE_CHARS, size_of
+
+    photo = {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "A" * 150_000}}
+    text = {"type": "text", "text": "what is this?"}
+    with_photo = size_of([{"role": "user", "content": [photo, text]}])
+    without = size_of([{"role": "user", "content": [text]}])
+    assert IMAGE_CHARS <= with_photo - without < IMAGE_CHARS + 200

@@ -389,6 +389,36 @@ class DiscordAdapter(StartsOnce):
             raise RuntimeError("DiscordAdapter is not running")
         return self._ctx
 
+    async def send_file(
+        self, target: ReplyTarget, data: bytes, filename: str, *, caption: str = "", send_as: str = "document"
+    ) -> str:
+        """`adapters.media.FileSender`: one message with the file attached (Discord shows
+        images and audio inline; there is no separate photo or voice kind for bots)."""
+        ctx = self._running()
+        target = await self._resolved(target)
+        transport = ctx.transport_for(target, quote=False)
+
+        async def send() -> str:
+            return await transport.send_file(data, filename, caption[:2000])
+
+        return await through_outbox(ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s)
+
+    async def fetch_attachment(self, attachment: Any, max_bytes: int) -> bytes:
+        """`adapters.media.MediaFetcher`: an attachment's URL, through discord.py's session."""
+        from adapters.media import TooBig, Unavailable
+
+        if self._client is None:
+            raise RuntimeError("DiscordAdapter is not running")
+        if attachment.size is not None and attachment.size > max_bytes:
+            raise TooBig(attachment.size, max_bytes, attachment.name)
+        try:
+            data = await self._client.http.get_from_cdn(attachment.ref)
+        except discord.HTTPException as exc:
+            raise Unavailable(f"Discord would not give me that file ({exc.status}).") from None
+        if len(data) > max_bytes:
+            raise TooBig(len(data), max_bytes, attachment.name)
+        return data
+
     def open_reply(self, target: ReplyTarget) -> DiscordReply:
         ctx = self._running()
         # In a guild the answer replies to the message that asked (a DM needs no quoting).

@@ -1,9 +1,10 @@
 """discord.py `Message` → platform-free `Inbound` (the only thing the router reads).
 
-Contract of `to_inbound`: an `Inbound` for a user's text message in a DM, a guild text
-channel or a thread; None for the bot's own and other bots' messages, system messages and
-messages without text (e.g. guild messages whose content Discord withholds because the
-Message Content intent is off). A thread is its parent channel's sub-session of its own:
+Contract of `to_inbound`: an `Inbound` for a user's message with text or attachments (files,
+images, voice messages: `attachments_of`) in a DM, a guild text channel or a thread; None
+for the bot's own and other bots' messages, system messages and messages with neither
+(e.g. guild messages whose content Discord withholds because the Message Content intent is
+off). A thread is its parent channel's sub-session of its own:
 `chat_id` is the parent, `thread_id` the thread, `space_id` the guild (None in a DM).
 `mentioned` is True for a mention of the
 bot's user or a reply to one of the bot's messages; the bot's own mention in the text
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import discord
 
-from agent_core.inbound import Inbound
+from agent_core.inbound import Attachment, Inbound
 from agent_core.text import clean_text
 
 PLATFORM = "discord"
@@ -40,8 +41,9 @@ def to_inbound(message: discord.Message, me: BotIdentity) -> Inbound | None:
     """See the module docstring."""
     if message.author.bot or message.type not in _TEXT_TYPES:
         return None
-    text = message.content
-    if not text or not text.strip():
+    text = message.content or ""
+    attachments = attachments_of(message)
+    if not text.strip() and not attachments:
         return None
     private = message.guild is None
     chat_id, thread_id = where(message.channel)
@@ -59,7 +61,25 @@ def to_inbound(message: discord.Message, me: BotIdentity) -> Inbound | None:
         message_id=str(message.id),
         update_id=str(message.id),
         space_id=None if message.guild is None else str(message.guild.id),
+        attachments=attachments,
     )
+
+
+def attachments_of(message: discord.Message) -> tuple[Attachment, ...]:
+    """A message's files as attachment refs (their URL fetches them; several are one turn)."""
+    out: list[Attachment] = []
+    for a in message.attachments:
+        mime = (a.content_type or "").split(";")[0].strip()
+        if a.is_voice_message():
+            kind = "voice"
+        elif mime.startswith("image/"):
+            kind = "photo"
+        elif mime.startswith("audio/"):
+            kind = "audio"
+        else:
+            kind = "document"
+        out.append(Attachment(kind, a.url, a.filename, mime, a.size))  # type: ignore[arg-type]
+    return tuple(out)
 
 
 def addressed_to_bot(message: discord.Message, me: BotIdentity) -> bool:

@@ -108,6 +108,7 @@ class TelegramAdapter(StartsOnce):
         token: str,
         *,
         base_url: str = DEFAULT_BASE_URL,
+        base_file_url: str | None = None,
         mode: Mode = "polling",
         webhook_url: str | None = None,
         webhook_listen: str = "0.0.0.0:8443",
@@ -137,6 +138,7 @@ class TelegramAdapter(StartsOnce):
             self._listen = parse_listen(webhook_listen)
         self._token = token
         self._base_url = base_url
+        self._base_file_url = base_file_url or file_url_for(base_url)
         self._mode = mode
         self._webhook_url = webhook_url
         self._webhook_secret = webhook_secret
@@ -177,7 +179,7 @@ class TelegramAdapter(StartsOnce):
         bot: ExtBot[Any] = ExtBot(
             self._token,
             base_url=self._base_url,
-            base_file_url=file_url_for(self._base_url),
+            base_file_url=self._base_file_url,
             request=self._request or HTTPXRequest(connection_pool_size=128, pool_timeout=30.0, httpx_kwargs=tls),
             get_updates_request=self._get_updates_request or HTTPXRequest(httpx_kwargs=tls),
             rate_limiter=RateLimiter() if self._rate_limit else None,
@@ -282,7 +284,29 @@ class TelegramAdapter(StartsOnce):
         if taken is not None:  # None: taken before (a redelivery), answered once already
             self._dispatcher.submit(update, partial(self._handler.handle, taken))
 
+    async def fetch_attachment(self, attachment: Any, max_bytes: int) -> bytes:
+        """`adapters.media.MediaFetcher` (see adapters.telegram.media)."""
+        from adapters.telegram.media import fetch
+
+        if self._bot is None:
+            raise RuntimeError("TelegramAdapter is not running")
+        return await fetch(self._bot, attachment, max_bytes)
+
     # -- outbound --------------------------------------------------------------------
+
+    async def send_file(
+        self, target: ReplyTarget, data: bytes, filename: str, *, caption: str = "", send_as: str = "document"
+    ) -> str:
+        """`adapters.media.FileSender`: sendPhoto / sendVoice / sendDocument, paced like text."""
+        ctx = self._running()
+        transport = transport_for(ctx, target, quote=False)
+
+        async def send() -> str:
+            return str((await transport.send_media(send_as, data, filename, caption[:1024])).message_id)
+
+        return await through_outbox(
+            ctx.outbox, transport.chat_key, send, interval=transport.min_edit_interval_s, pace=transport.pace,
+        )
 
     def _running(self) -> ReplyContext:
         if self._state != "running" or self._ctx is None:

@@ -337,6 +337,18 @@ class TelegramTransport:
                 return  # already shows exactly this: success
             raise translate(exc) from exc
 
+    async def send_media(self, kind: str, data: bytes, filename: str, caption: str) -> Message:
+        """sendPhoto or sendVoice (`kind` "photo"/"voice"); sendDocument otherwise."""
+        if kind not in ("photo", "voice"):
+            return await self.send_document(data, filename, caption)
+        method = self._bot.send_photo if kind == "photo" else self._bot.send_voice
+        message = await call(
+            lambda: method(self.chat_id, InputFile(data, filename=filename), caption=caption or None,
+                           message_thread_id=self.thread_id)
+        )
+        self._ledger.add(self.chat_id, message.message_id)
+        return message
+
     async def send_document(self, data: bytes, filename: str, caption: str) -> Message:
         message = await call(
             lambda: self._bot.send_document(

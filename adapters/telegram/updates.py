@@ -1,7 +1,8 @@
 """Telegram `Update` → platform-free `Inbound` (the only thing the router reads).
 
-Contract of `to_inbound`: returns an `Inbound` for a text message in a private chat, group
-or supergroup, and None for everything else (edits, media without text, channel posts,
+Contract of `to_inbound`: returns an `Inbound` for a text message, or a photo, document,
+voice note or audio (its caption as the text), in a private chat, group or supergroup, and
+None for everything else (edits, stickers and other media, channel posts,
 service messages, member updates); it never raises for odd shapes — a message without a
 sender, without a date, or with entities pointing outside the text is handled or skipped.
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from telegram import Message, MessageEntity, Update
 
+from adapters.telegram.media import attachments_of
 from agent_core.inbound import ChatKind, Inbound
 from agent_core.text import clean_text
 
@@ -44,8 +46,9 @@ def to_inbound(update: Update, me: BotIdentity) -> Inbound | None:
     if message is None:
         return None
     kind = _CHAT_KINDS.get(message.chat.type)
-    text = message.text
-    if kind is None or not text:
+    text = message.text or message.caption or ""
+    attachments = attachments_of(message) if message.text is None else ()
+    if kind is None or not (text or attachments):
         return None
     sender = message.from_user
     if sender is not None:
@@ -69,12 +72,15 @@ def to_inbound(update: Update, me: BotIdentity) -> Inbound | None:
         mentioned=addressed_to_bot(message, me),
         message_id=str(message.message_id),
         update_id=str(update.update_id),
+        attachments=attachments,
+        album_id=message.media_group_id,
     )
 
 
 def addressed_to_bot(message: Message, me: BotIdentity) -> bool:
-    """See the module docstring (`mentioned`)."""
-    for entity in message.entities:
+    """See the module docstring (`mentioned`); a caption's entities count like a text's."""
+    caption = message.text is None and message.caption is not None
+    for entity in message.caption_entities if caption else message.entities:
         if entity.type == MessageEntity.TEXT_MENTION:
             if entity.user is not None and entity.user.id == me.id:
                 return True
@@ -82,7 +88,7 @@ def addressed_to_bot(message: Message, me: BotIdentity) -> bool:
         if entity.type not in (MessageEntity.MENTION, MessageEntity.BOT_COMMAND):
             continue
         try:
-            token = message.parse_entity(entity)
+            token = message.parse_caption_entity(entity) if caption else message.parse_entity(entity)
         except (IndexError, ValueError):  # an entity outside the text: ignore it
             continue
         if entity.type == MessageEntity.MENTION and me.is_me(token):

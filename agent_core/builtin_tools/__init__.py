@@ -1,4 +1,4 @@
-"""Built-in tools: files, exec, web_fetch, memory, skills and send_message.
+"""Built-in tools: files, exec, web_fetch, memory, skills, send_message and send_file.
 
 `default_tools()` returns them in a fixed order (the tool schemas are part of the cached,
 byte-stable prompt prefix).
@@ -18,7 +18,7 @@ from agent_core.builtin_tools.exec_tool import (
 from agent_core.builtin_tools.files import file_tools
 from agent_core.builtin_tools.sandbox import Sandbox
 from agent_core.builtin_tools.memory_tools import memory_tools
-from agent_core.builtin_tools.messaging import SEND_MESSAGE
+from agent_core.builtin_tools.messaging import SEND_FILE, SEND_MESSAGE
 from agent_core.builtin_tools.skills_tool import LOAD_SKILL
 from agent_core.builtin_tools.web import Resolver, make_web_fetch_tool
 from agent_core.tools import Tool
@@ -38,7 +38,7 @@ def default_tools(
     web_resolver: Resolver | None = None,
 ) -> list[Tool[Any]]:
     """read_file, write_file, edit_file, list_dir, exec, web_fetch, memory_search,
-    memory_get, memory_write, load_skill, send_message."""
+    memory_get, memory_write, load_skill, send_message, send_file."""
     return [
         *file_tools(),
         make_exec_tool(
@@ -56,4 +56,5 @@ def default_tools(
         *memory_tools(),
         LOAD_SKILL,
         SEND_MESSAGE,
+        SEND_FILE,
     ]

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from sqlalchemy import bindparam, delete, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
-from agent_core.inbound import Inbound
+from agent_core.inbound import Attachment, Inbound
 from bot.storage.base import RepositoryBase, dialect_insert, rowcount
 from bot.storage.models import InboxModel, MessageModel, SeenUpdateModel
 
@@ -49,6 +49,8 @@ class InboxMessage:
     mentioned: bool = False
     message_id: str | None = None
     update_id: str | None = None
+    attachments: tuple[Attachment, ...] = ()
+    album_id: str | None = None
 
     @classmethod
     def of(cls, inbound: Inbound) -> InboxMessage:
@@ -64,6 +66,8 @@ class InboxMessage:
             mentioned=inbound.mentioned,
             message_id=inbound.message_id,
             update_id=inbound.update_id,
+            attachments=inbound.attachments,
+            album_id=inbound.album_id,
         )
 
     def inbound(self) -> Inbound:
@@ -79,6 +83,8 @@ class InboxMessage:
             message_id=self.message_id,
             update_id=self.update_id,
             received_at=self.received_at,
+            attachments=self.attachments,
+            album_id=self.album_id,
         )
 
 
@@ -104,8 +110,27 @@ def _row(m: InboxModel) -> InboxRow:
         mentioned=m.mentioned,
         message_id=m.message_id,
         update_id=m.update_id,
+        **_media_of(m.media),
     )
     return InboxRow(m.id, message, m.state, m.session_key, m.run_id)  # type: ignore[arg-type]
+
+
+def _media_of(stored: Any) -> dict[str, Any]:
+    """The inbox row's `media` JSON (None for a plain text message) as InboxMessage fields."""
+    if not isinstance(stored, dict):
+        return {}
+    files = stored.get("attachments")
+    album = stored.get("album_id")
+    return {
+        "attachments": tuple(Attachment.from_json(a) for a in files if isinstance(a, dict)) if isinstance(files, list) else (),
+        "album_id": album if isinstance(album, str) else None,
+    }
+
+
+def _media_json(message: InboxMessage) -> dict[str, Any] | None:
+    if not message.attachments and message.album_id is None:
+        return None
+    return {"attachments": [a.to_json() for a in message.attachments], "album_id": message.album_id}
 
 
 # The statements every message goes through, built once with bound parameters.
@@ -178,6 +203,7 @@ def insert_inbound(conn: Connection, dialect: str, message: InboxMessage, now: d
         "mentioned": message.mentioned,
         "message_id": message.message_id,
         "update_id": message.update_id,
+        "media": _media_json(message),
         "state": "received",
         "received_at": message.received_at,
         "updated_at": now,

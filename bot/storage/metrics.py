@@ -225,6 +225,22 @@ class MetricsRepository(RepositoryBase):
             )
             return {key: mode for key, mode in rows}
 
+    async def set_voice_replies(self, session_key: str, on: bool) -> bool:
+        """`/voice on|off` for the session; False for an unknown session."""
+        async with self._tx() as s:
+            result = await s.execute(
+                update(SessionModel)
+                .where(SessionModel.key == session_key)
+                .values(voice_replies=on)
+                .execution_options(synchronize_session=False)
+            )
+            return rowcount(result) == 1
+
+    async def voice_replies(self, session_key: str) -> bool:
+        async with self._tx() as s:
+            value = await s.scalar(select(SessionModel.voice_replies).where(SessionModel.key == session_key))
+            return bool(value)
+
     # -- resume after a crash ------------------------------------------------------------
 
     async def interrupted_runs(self, since: datetime) -> list[RunRow]:

@@ -86,6 +86,8 @@ class SessionModel(Base):
     updated_at: Mapped[datetime]
     queue_mode: Mapped[str | None] = mapped_column(String(16))
     """Messages while busy (bot.lanes): None = the configured default."""
+    voice_replies: Mapped[bool | None] = mapped_column(Boolean)
+    """`/voice on`: answers to voice notes also come back spoken (bot.tts)."""
 
 
 class MessageModel(Base):
@@ -279,6 +281,8 @@ class InboxModel(Base):
     mentioned: Mapped[bool] = mapped_column(Boolean)
     message_id: Mapped[str | None] = mapped_column(String(64))
     update_id: Mapped[str | None] = mapped_column(String(128))
+    media: Mapped[Any | None] = mapped_column(JSON)
+    """Attachment references and album id (agent_core.inbound.Attachment); None for text."""
     session_key: Mapped[str | None] = mapped_column(String(255))
     state: Mapped[str] = mapped_column(String(16))
     run_id: Mapped[str | None] = mapped_column(String(64))

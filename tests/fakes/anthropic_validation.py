@@ -11,6 +11,9 @@ always name indices of the messages as sent.
 
 from __future__ import annotations
 
+import base64
+import binascii
+
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -288,6 +291,71 @@ def _check_block(block: object, path: str, *, role: str) -> None:
         if role != "user":
             raise invalid(f"{path}: `tool_result` blocks can only be in `user` messages")
         _check_tool_result(block, path)
+    elif kind == "image":
+        _check_image(block, path)
+    elif kind == "document":
+        _check_document(block, path)
+
+
+_IMAGE_MAGIC = {
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+IMAGE_MAX_BYTES = 5 * 1024 * 1024
+PDF_MAX_BYTES = 32 * 1024 * 1024
+
+
+def _base64_data(source: Mapping[str, Any], path: str) -> bytes:
+    data = source.get("data")
+    if not isinstance(data, str):
+        raise invalid(f"{path}.source.base64.data: Field required")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid(f"{path}.source.base64.data: invalid base64 data") from None
+
+
+def _check_image(block: Mapping[str, Any], path: str) -> None:
+    """Like the API: base64 (or url) source; a supported media type the bytes match; 5 MB."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise invalid(f"{path}.source: Field required")
+    if source.get("type") == "url":
+        if not isinstance(source.get("url"), str):
+            raise invalid(f"{path}.source.url.url: Field required")
+        return
+    if source.get("type") != "base64":
+        raise invalid(f"{path}.source: Input tag '{source.get('type')}' found using 'type' does not match any of the expected tags: 'base64', 'url'")
+    media_type = source.get("media_type")
+    if media_type not in _IMAGE_MAGIC:
+        raise invalid(f"{path}.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'")
+    raw = _base64_data(source, path)
+    if len(raw) > IMAGE_MAX_BYTES:
+        raise invalid(f"{path}.source.base64: image exceeds 5 MB maximum: {len(raw)} bytes > {IMAGE_MAX_BYTES} bytes")
+    if not raw.startswith(_IMAGE_MAGIC[media_type]) or (media_type == "image/webp" and raw[8:12] != b"WEBP"):
+        raise invalid(f"{path}.source.base64.data: Image does not match the provided media type {media_type}")
+
+
+def _check_document(block: Mapping[str, Any], path: str) -> None:
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise invalid(f"{path}.source: Field required")
+    kind = source.get("type")
+    if kind == "text":
+        if source.get("media_type") != "text/plain" or not isinstance(source.get("data"), str):
+            raise invalid(f"{path}.source.text: media_type must be 'text/plain' and data a string")
+        return
+    if kind != "base64":
+        raise invalid(f"{path}.source: Input tag '{kind}' found using 'type' does not match any of the expected tags: 'base64', 'content', 'text', 'url'")
+    if source.get("media_type") != "application/pdf":
+        raise invalid(f"{path}.source.base64.media_type: Input should be 'application/pdf'")
+    raw = _base64_data(source, path)
+    if len(raw) > PDF_MAX_BYTES:
+        raise invalid(f"{path}.source.base64: PDF exceeds 32 MB maximum")
+    if not raw.startswith(b"%PDF-"):
+        raise invalid(f"{path}.source.base64.data: The PDF specified was not valid.")
 
 
 def _check_text(block: Mapping[str, Any], path: str, *, scope: str) -> None:

@@ -83,6 +83,9 @@ class FakeDiscord(DiscordRest):
         self.token = token
         self.bot_id = bot_id
         self.application_id = bot_id
+        self.cdn: dict[str, bytes] = {}
+        """Attachment bytes users posted, by URL path (GET /attachments/…)."""
+        self.cdn_gets: list[str] = []
         self.message_content_enabled = message_content_enabled
         self.interaction_deadline_s = interaction_deadline_s
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -130,6 +133,7 @@ class FakeDiscord(DiscordRest):
         self._loop = loop
         app = web.Application()
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/attachments/{tail:.*}", self._cdn_get)
         app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._rest)
         self._runner = web.AppRunner(app, access_log=None)
         loop.run_until_complete(self._runner.setup())
@@ -195,15 +199,31 @@ class FakeDiscord(DiscordRest):
         reply_to: str | None = None,
         message_id: str | None = None,
         at: datetime | None = None,
+        files: list[tuple[str, str, bytes]] = (),  # type: ignore[assignment]
+        voice: bool = False,
     ) -> str:
         """A user posts a message; dispatched as MESSAGE_CREATE to the live session (none
         while the bot is stopped: it stays in the channel's history only). `at` dates it in
-        the past. Returns its id."""
+        the past. `files` are (name, content type, bytes) attachments served at their CDN URL
+        (404 for any other path); `voice` flags the message as a voice message (its one file
+        the audio). Returns its id."""
         with self.state.cond:
             msg = StoredMessage(message_id or snowflake(at), channel_id, user_id, content, reference=reply_to)
             replied = self.state.messages.get(reply_to or "")
             if mention_bot or (replied is not None and replied.author_id == self.bot_id):
                 msg.mentions = [self.bot_id]
+            for name, content_type, data in files:
+                aid = snowflake()
+                path = f"/attachments/{channel_id}/{aid}/{name}"
+                self.cdn[path] = data
+                url = f"http://127.0.0.1:{self.port}{path}"
+                item: dict[str, Any] = {"id": aid, "filename": name, "size": len(data), "url": url,
+                                        "proxy_url": url, "content_type": content_type}
+                if voice:
+                    item.update(duration_secs=2.0, waveform="AAAA")
+                msg.attachments.append(item)
+            if voice:
+                msg.flags |= 1 << 13  # IS_VOICE_MESSAGE
             self.state.messages[msg.id] = msg
             self.state.order.append(msg.id)
             payload = self.state.message_payload(msg)  # with the replied-to message resolved
@@ -213,6 +233,14 @@ class FakeDiscord(DiscordRest):
         self.state.changed()
         self._dispatch_soon("MESSAGE_CREATE", lambda: payload)
         return msg.id
+
+    async def _cdn_get(self, request: web.Request) -> web.Response:
+        with self.state.cond:
+            data = self.cdn.get(request.path)
+            self.cdn_gets.append(request.path)
+        if data is None:
+            return web.Response(status=404, text="Not Found")
+        return web.Response(body=data, content_type="application/octet-stream")
 
     def post_as_bot(self, channel_id: str, content: str, components: list[dict[str, Any]] | None = None) -> str:
         """A message the bot posted earlier (e.g. by a process that has since died)."""

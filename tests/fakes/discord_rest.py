@@ -278,6 +278,12 @@ class DiscordRest:
                 if len(b.get("label", "")) > 80:
                     raise _form_error(f"components.{n}.label", "Must be 80 or fewer in length.")
 
+    def _upload(self, f: dict[str, Any]) -> dict[str, Any]:
+        aid = snowflake()
+        self.state.uploads[aid] = f.get("raw", b"")
+        return {"id": aid, "filename": f["filename"], "size": len(f["data"]),
+                "url": "http://127.0.0.1/x", "proxy_url": "http://127.0.0.1/x", "data": f["data"]}
+
     def _create(self, cid: str, body: dict[str, Any], flags: int = 0) -> StoredMessage:
         self._validate(body)
         files = body.get("_files", [])
@@ -292,9 +298,7 @@ class DiscordRest:
         message = StoredMessage(
             snowflake(), cid, self.bot_id, body.get("content") or "",
             components=body.get("components") or [],
-            attachments=[{"id": snowflake(), "filename": f["filename"], "size": len(f["data"]),
-                          "url": "http://127.0.0.1/x", "proxy_url": "http://127.0.0.1/x", "data": f["data"]}
-                         for f in files],
+            attachments=[self._upload(f) for f in files],
             allowed_mentions=body.get("allowed_mentions"),
             flags=flags | int(body.get("flags") or 0),
             reference=str(ref) if ref else None,
@@ -402,6 +406,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
             if part.name == "payload_json":  # type: ignore[union-attr]
                 out.update(json.loads(raw))
             else:
-                out["_files"].append({"filename": part.filename, "data": raw.decode(errors="replace")})  # type: ignore[union-attr]
+                out["_files"].append({"filename": part.filename, "data": raw.decode(errors="replace"),  # type: ignore[union-attr]
+                                      "raw": bytes(raw)})
         return out
     return {}

@@ -116,6 +116,9 @@ class State:
         self.channels: dict[str, Channel] = {}
         self.guilds: dict[str, dict[str, Any]] = {}
         self.messages: dict[str, StoredMessage] = {}
+        self.uploads: dict[str, bytes] = {}
+        """The exact bytes of every file the bot uploaded, by attachment id (the message's
+        `attachments` keep a text copy, JSON-safe)."""
         self.order: list[str] = []
         self.calls: list[Call] = []
         self.interactions: dict[str, Interaction] = {}

@@ -243,8 +243,13 @@ class FakeTelegram(InboundMixin, WebhookMixin):
         return _answer({"ok": True, "result": call.result}, 200)
 
     def _download(self, token: str, path: str) -> web.Response:
+        """Only a path getFile issued, within its lifetime (else 404, like Telegram)."""
         with self._cond:
-            found = next((f for f in self._world.files.values() if f.file_path == path), None)
+            issued = self._world.file_paths.get(path)
+            found = None
+            if issued is not None and self._world.file_clock() < issued[1]:
+                found = self._world.files.get(issued[0])
+            self._world.downloads.append(path)
         if token != self.token:
             return _answer(ApiError(401, "Unauthorized").payload(), 401)
         if found is None:

@@ -99,6 +99,72 @@ class InboundMixin:
                 self._deliver(update)  # else stored in the chat, never delivered (privacy mode)
             return int(update["update_id"])
 
+    def send_media(
+        self,
+        chat_id: int,
+        user_id: int,
+        kind: str,
+        data: bytes,
+        *,
+        caption: str = "",
+        file_name: str | None = None,
+        mime_type: str | None = None,
+        media_group_id: str | None = None,
+        mention: bool = False,
+        first_name: str = "Alice",
+        title: str = "Test Group",
+        declared_size: int | None = None,
+    ) -> int:
+        """A user sends a photo, document, voice note or audio file (``kind``), with an
+        optional caption; private chat when ``chat_id`` > 0, else a group (``mention``
+        prepends "@<bot_username> " to the caption, as the way through privacy mode). The
+        file is stored for getFile; ``declared_size`` overrides the size the update states
+        (Telegram states the real one). Returns the update id."""
+        if kind not in ("photo", "document", "voice", "audio"):
+            raise ValueError(f"unknown media kind {kind!r}")
+        with self._cond:
+            if chat_id > 0:
+                chat = self._world.add_chat(chat_id, type="private", first_name=first_name)
+            else:
+                chat = self._world.add_chat(chat_id, title=title)
+            user = self._world.user_json(user_id, first_name, None)
+            prefix = f"@{self._world.bot_username} " if mention else ""
+            extra = [self._world.mention_entity()] if mention else []
+            update = self._world.inbound_message(chat, user, prefix + caption, extra_entities=extra)
+            message = update["message"]
+            visible = self._world.bot_sees(chat, message)
+            text = message.pop("text")
+            entities = message.pop("entities", None)
+            if text:
+                message["caption"] = text
+                if entities:
+                    message["caption_entities"] = entities
+            folder = {"photo": "photos", "voice": "voice", "audio": "music"}.get(kind, "documents")
+            stored = self._world.add_file(data, file_name, mime_type, folder)
+            size = len(data) if declared_size is None else declared_size
+            ref = {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id, "file_size": size}
+            if kind == "photo":
+                message["photo"] = [
+                    {**ref, "file_id": stored.file_id + "s", "file_unique_id": stored.file_unique_id + "s",
+                     "width": 90, "height": 90, "file_size": min(size, 1000)},
+                    {**ref, "width": 1280, "height": 960},
+                ]
+                self._world.files[stored.file_id + "s"] = stored  # the thumbnail: same bytes here
+            elif kind == "document":
+                message["document"] = {**ref, "file_name": file_name, "mime_type": mime_type}
+            elif kind == "voice":
+                message["voice"] = {**ref, "duration": 2, "mime_type": mime_type or "audio/ogg"}
+            else:
+                message["audio"] = {**ref, "duration": 2, "file_name": file_name, "mime_type": mime_type}
+            if media_group_id is not None:
+                message["media_group_id"] = media_group_id
+            stored_msg = self._world.chats[chat.id].messages[message["message_id"]]
+            stored_msg.raw = copy.deepcopy(message)
+            self._world.delivered[update["update_id"]] = copy.deepcopy(update)
+            if visible:
+                self._deliver(update)
+            return int(update["update_id"])
+
     def press_button(
         self,
         chat_id: int,

@@ -9,13 +9,15 @@ not here: long polling needs the server's event loop (see ``telegram_api``).
 from __future__ import annotations
 
 import copy
+import io
 import json
+import secrets
 import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.fakes.telegram_state import JSON, ApiError, Edit, FileUpload, StoredMessage
+from tests.fakes.telegram_state import JSON, ApiError, Edit, FileUpload, StoredFile, StoredMessage
 from tests.fakes.telegram_text import EntityError, parse_text, strip_text, utf16_len
 from tests.fakes.telegram_world import UPDATE_TYPES, World
 
@@ -203,6 +205,62 @@ def send_document(world: World, p: JSON) -> Any:
     return world.message_json(msg)
 
 
+PHOTO_LIMIT = 10 * 1024 * 1024
+
+
+def _upload(world: World, p: JSON, field: str, folder: str) -> StoredFile:
+    value = p.get(field)
+    if isinstance(value, FileUpload):
+        if not value.data:
+            raise ApiError.bad_request("file must be non-empty")
+        return world.add_file(value.data, value.filename, value.content_type, folder)
+    if isinstance(value, str) and value in world.files:
+        return world.files[value]
+    if value is None:
+        raise ApiError.bad_request(f"there is no {field} in the request")
+    raise ApiError.bad_request("wrong file identifier/HTTP URL specified")
+
+
+def _media_message(world: World, p: JSON, kind: str, stored: StoredFile) -> Any:
+    chat = world.chat(p.get("chat_id"))
+    caption, entities = _formatted(
+        p, "caption", "caption_entities", CAPTION_LIMIT, "message caption is too long", False
+    )
+    thread_id, reply_to = _thread(world, p, chat.id), _reply_target(world, p, chat.id)
+    msg = world.new_message(chat, from_bot=True, user_id=None, thread_id=thread_id)
+    setattr(msg, kind, stored)
+    msg.caption, msg.entities, msg.reply_markup = caption, entities, _reply_markup(p)
+    msg.reply_to_message_id = reply_to
+    return world.message_json(msg)
+
+
+def send_photo(world: World, p: JSON) -> Any:
+    """Like the Bot API: a real image of at most 10 MB, width + height ≤ 10000, ratio ≤ 20."""
+    world.chat(p.get("chat_id"))
+    stored = _upload(world, p, "photo", "photos")
+    if len(stored.data) > PHOTO_LIMIT:
+        raise ApiError.bad_request("PHOTO_SAVE_FILE_INVALID")
+    try:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(stored.data)) as img:
+            width, height = img.size
+    except Exception:
+        raise ApiError.bad_request("IMAGE_PROCESS_FAILED") from None
+    if width + height > 10_000 or max(width, height) > 20 * min(width, height):
+        raise ApiError.bad_request("PHOTO_INVALID_DIMENSIONS")
+    return _media_message(world, p, "photo", stored)
+
+
+def send_voice(world: World, p: JSON) -> Any:
+    """A voice message: OGG/Opus (Telegram shows anything else as a file; here, refused)."""
+    world.chat(p.get("chat_id"))
+    stored = _upload(world, p, "voice", "voice")
+    if not stored.data.startswith(b"OggS"):
+        raise ApiError.bad_request("VOICE_MESSAGES_FORBIDDEN or wrong type: the voice must be OGG/Opus")
+    return _media_message(world, p, "voice", stored)
+
+
 def edit_message_text(world: World, p: JSON) -> Any:
     msg = _target(world, p, "message to edit not found")
     text, entities = _formatted(p, "text", "entities", TEXT_LIMIT, "message is too long", True)
@@ -281,15 +339,24 @@ def get_chat_member(world: World, p: JSON) -> Any:
     return world.chat_member(chat, user_id)
 
 
+BOT_DOWNLOAD_LIMIT = 20 * 1024 * 1024
+
+
 def get_file(world: World, p: JSON) -> Any:
+    """Like the Bot API: bots may download files up to 20 MB; each call issues a fresh
+    file_path, valid for `world.file_path_ttl` seconds."""
     stored = world.files.get(str(p.get("file_id", "")))
     if stored is None:
         raise ApiError.bad_request("invalid file_id")
+    if len(stored.data) > BOT_DOWNLOAD_LIMIT:
+        raise ApiError.bad_request("file is too big")
+    path = f"{stored.file_path.rsplit('/', 1)[0]}/{secrets.token_hex(6)}_{stored.file_path.rsplit('/', 1)[1]}"
+    world.file_paths[path] = (stored.file_id, world.file_clock() + world.file_path_ttl)
     return {
         "file_id": stored.file_id,
         "file_unique_id": stored.file_unique_id,
         "file_size": len(stored.data),
-        "file_path": stored.file_path,
+        "file_path": path,
     }
 
 
@@ -380,6 +447,8 @@ METHODS: dict[str, Handler] = {
     "getMe": get_me,
     "sendMessage": send_message,
     "sendDocument": send_document,
+    "sendPhoto": send_photo,
+    "sendVoice": send_voice,
     "editMessageText": edit_message_text,
     "editMessageReplyMarkup": edit_message_reply_markup,
     "deleteMessage": delete_message,
@@ -397,5 +466,5 @@ METHODS: dict[str, Handler] = {
 }
 # Calls that create or change a message: what flood_limit() paces per chat.
 MESSAGE_CHANGING = frozenset(
-    {"sendMessage", "sendDocument", "editMessageText", "editMessageReplyMarkup"}
+    {"sendMessage", "sendDocument", "sendPhoto", "sendVoice", "editMessageText", "editMessageReplyMarkup"}
 )

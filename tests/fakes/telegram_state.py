@@ -75,6 +75,8 @@ class StoredMessage:
     entities: list[JSON] = field(default_factory=list)
     caption: str | None = None
     document: StoredFile | None = None
+    photo: StoredFile | None = None
+    voice: StoredFile | None = None
     reply_markup: JSON | None = None
     reply_to_message_id: int | None = None
     edits: list[Edit] = field(default_factory=list)

@@ -74,6 +74,13 @@ class World:
         self.auto_create_chats = auto_create_chats
         self.chats: dict[int, Chat] = {}
         self.files: dict[str, StoredFile] = {}
+        self.file_paths: dict[str, tuple[str, float]] = {}
+        """file_path → (file_id, valid until, monotonic): getFile issues a path per call,
+        downloadable for `file_path_ttl` seconds (an hour on Telegram)."""
+        self.downloads: list[str] = []
+        """Every file path a client asked to download, in order."""
+        self.file_path_ttl = 3600.0
+        self.file_clock = time.monotonic
         self.queries: dict[str, CallbackQueryState] = {}
         self.commands: dict[tuple[str, str], list[JSON]] = {}
         self.webhook = Webhook()
@@ -196,6 +203,14 @@ class World:
                 data["document"]["file_name"] = doc.file_name
             if doc.mime_type:
                 data["document"]["mime_type"] = doc.mime_type
+        if msg.photo is not None:
+            ph = msg.photo
+            data["photo"] = [{"file_id": ph.file_id, "file_unique_id": ph.file_unique_id,
+                              "file_size": len(ph.data), "width": 1, "height": 1}]
+        if msg.voice is not None:
+            v = msg.voice
+            data["voice"] = {"file_id": v.file_id, "file_unique_id": v.file_unique_id,
+                             "file_size": len(v.data), "duration": 1, "mime_type": "audio/ogg"}
         if msg.caption is not None:
             data["caption"] = msg.caption
             if msg.entities:
@@ -207,7 +222,9 @@ class World:
             data["reply_to_message"] = self.message_json(target, with_reply=False)
         return data
 
-    def add_file(self, data: bytes, file_name: str | None, mime_type: str | None) -> StoredFile:
+    def add_file(
+        self, data: bytes, file_name: str | None, mime_type: str | None, folder: str = "documents"
+    ) -> StoredFile:
         n = next(self._file_ids)
         suffix = f".{file_name.rsplit('.', 1)[1]}" if file_name and "." in file_name else ""
         stored = StoredFile(
@@ -216,7 +233,7 @@ class World:
             file_name,
             mime_type,
             data,
-            f"documents/file_{n}{suffix}",
+            f"{folder}/file_{n}{suffix}",
         )
         self.files[stored.file_id] = stored
         return stored
