@@ -38,6 +38,7 @@ from agent_core.tool_runner import CallCounts, ToolRunner
 from agent_core.tools import ToolContext, ToolRegistry
 from bot.channel_cursors import StoredCursors
 from bot.conversations import Conversations
+from bot.features import chat_registry
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
 from bot.exec_sandbox import exec_sandbox
@@ -318,6 +319,7 @@ async def build(
         )
         config_groups = {"telegram": settings.telegram.allowed_groups, "discord": settings.discord.allowed_channels}
         conversations = Conversations(
+            registry=chat_registry(),
             storage=storage,
             router=router,
             agent=agent,

@@ -18,19 +18,16 @@ from bot.cli_grants import chat_command as grants_chat_command
 from bot.commands import HELP, Command, estimate_cost
 from bot.roles import AccessManager, GroupCommandPolicy, parse_target
 from bot.router import Accept
-from bot.queue_modes import queue_command
-from bot.scheduling.chat import jobs_command
-from bot import structured
 from bot.usage_report import usage_text
 
 if TYPE_CHECKING:
-    from bot.conversations import Conversations
+    from bot.registry import ChatHost
 
 log = logging.getLogger(__name__)
 
 
 class CommandHandlers:
-    def __init__(self, conversations: Conversations) -> None:
+    def __init__(self, conversations: ChatHost) -> None:
         self._c = conversations
         c = conversations
         self.access = c.access or AccessManager(c.storage, c.storage, owners=c.router.owners)
@@ -38,6 +35,10 @@ class CommandHandlers:
 
     async def run(self, command: Command, inbound: Inbound, route: Accept) -> str:
         handler = getattr(self, f"_cmd_{command.name}", None)
+        plugged = self._c.registry.commands.get(command.name)
+        if handler is None and plugged is not None:  # a feature's command (bot.registry)
+            c = self._c
+            handler = lambda command, inbound, route: plugged(c, command, inbound, route)  # noqa: E731
         if handler is None:
             return f"Unknown command /{command.name}. Send /help to see what I understand."
         if inbound.chat_kind == "group":
@@ -113,20 +114,11 @@ class CommandHandlers:
             return refusal
         return await grants_chat_command(self._c.storage, command.args, inbound.identity)
 
-    async def _cmd_jobs(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        return await jobs_command(self._c, inbound, route)
-
-    async def _cmd_queue(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        return await queue_command(self._c, command, inbound, route)
-
     async def _cmd_usage(self, command: Command, inbound: Inbound, route: Accept) -> str:
         """The owner in a private chat sees every session; anyone else this session only."""
         everything = route.is_owner and inbound.chat_kind == "private"
         now = self._c.metrics.now().astimezone()
         return await usage_text(self._c.storage, now, session_key=None if everything else route.session_key)
-
-    async def _cmd_plan(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        return await structured.plan_command(self._c, route.session_key)
 
     async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
         who = "This is your private main session." if route.is_owner else "This is an isolated session."
@@ -140,7 +132,7 @@ class CommandHandlers:
             return "I'm in the middle of an answer; /stop it first, then /new."
         await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
         await self._c.storage.new_epoch(route.session_key)
-        await structured.end_with_session(self._c, route.session_key)  # goal lock, plan, question
+        await self._c.registry.end_session(self._c, route.session_key)  # goal lock, plan, question
         # "Always allow" was given for the conversation that just ended, not forever.
         cleared = await self._c.storage.clear_grants(route.session_key)
         note = f" {cleared} 'always allow' permission(s) were reset." if cleared else ""

@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,13 +27,14 @@ from agent_core.text import clean_text
 from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
 from bot import queue_modes, resume
+from bot.pending import Pending
+from bot.registry import Registry
 from bot.lanes import LaneFull, Lanes, LanesClosed
 from bot.ratelimits import RateLimiter
 from bot.run_metrics import Metrics, owner_notifier
 from bot.roles import AccessManager, IsAdmin
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
 from bot import structured
-from bot.scheduling import chat as job_buttons
 from bot.scheduling.refs import JobRef, job_ref
 from bot.session_keys import scope_of
 from bot.storage import Storage
@@ -54,16 +54,6 @@ T = TypeVar("T")
 
 MAX_INBOUND_CHARS = 50_000
 KEPT_NOTICE = "⏳ I'm restarting; I'll answer what you sent as soon as I'm back."
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    inbound: Inbound
-    route: Accept
-    inbox_id: int | None = None
-    """Its row in the inbox (None only for items built outside `receive`)."""
-    job: JobRef | None = None
-    """Set when this is a scheduled job's due run (bot.scheduling)."""
 
 
 def cleaned(inbound: Inbound) -> Inbound:
@@ -111,6 +101,7 @@ class Conversations:
         limiter: RateLimiter | None = None,
         access: AccessManager | None = None,
         is_group_admin: IsAdmin | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.storage = storage
         self.router = router
@@ -126,6 +117,8 @@ class Conversations:
         self.limiter = limiter
         self.access = access
         self.is_group_admin = is_group_admin
+        self.registry = registry or Registry()
+        """The commands and button actions features plugged in (bot.features builds Roost's)."""
         self.run_starters: dict[str, frozenset[str]] = {}
         """Who asked for each session's running run: in a group, they may /stop it."""
         self.lanes: Lanes[Pending] = Lanes(
@@ -234,11 +227,7 @@ class Conversations:
         return await self.commands.approve_pairing(platform, code, identity)
 
     async def press_button(self, platform: str, action: str, identity: str) -> ButtonAnswer:
-        if action.startswith(resume.PREFIX):
-            return await resume.press(self, action, identity)
-        if action.startswith(structured.QUESTION_PREFIX):
-            return await structured.press_question(self, action, identity)
-        return await job_buttons.press(self, action, identity)
+        return await self.registry.press(self, action, identity)
 
     async def resume_question(self, question: Question, answer: str, identity: str) -> None:
         """A question answered after a restart: the answer goes into the stored transcript
