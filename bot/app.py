@@ -342,6 +342,7 @@ async def build(
         conversations.breakers = breakers
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
+        conversations.operations.live.scheduler, conversations.operations.live.breakers = scheduler, breakers
         conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         conversations.log_cutoffs = log_cutoffs

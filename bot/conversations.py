@@ -125,6 +125,8 @@ class Conversations:
             self._run_batch, mode=queue_mode, max_concurrent=max_concurrent_runs  # type: ignore[arg-type]
         )
         self.commands = CommandHandlers(self)
+        self.operations = self.commands.operations
+        """The operations layer as chat calls it (bot.operations), with this process's gate and lanes."""
         self.metrics = Metrics(storage, now=now, prices=prices)
         """Run metrics and anomalies (bot.run_metrics); its clocks are injectable."""
         self._backlog: list[InboxRow] = []

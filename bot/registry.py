@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from adapters.base import Adapter, ButtonAnswer
 
 if TYPE_CHECKING:
+    from agent_core.approvals import ApprovalGate
     from agent_core.breaker import Breakers
     from agent_core.inbound import Inbound
     from agent_core.llm import ModelListing
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from agent_core.questions import QuestionDesk
     from bot.commands import Command
     from bot.lanes import Lanes
+    from bot.operations import Operations
     from bot.pending import Pending
     from bot.roles import AccessManager, IsAdmin
     from bot.router import Accept, Router
@@ -60,6 +62,8 @@ class ChatHost(Protocol):
     plans: PlanBook | None
     log_cutoffs: LogCutoffs | None
     breakers: Breakers | None
+    gate: ApprovalGate
+    operations: Operations
     registry: Registry
 
     async def receive(self, inbound: Inbound) -> bool: ...

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Button, ButtonAnswer
 from agent_core.inbound import Inbound, ReplyTarget
+from bot.operations.actor import chat_actor
 from bot.router import Accept
 from bot.scheduling.book import describe
 from bot.storage.jobs import JobRow
@@ -59,4 +60,5 @@ async def press(c: ChatHost, action: str, identity: str) -> ButtonAnswer:
     if not c.router.is_owner_identity(identity):
         log.info("job.button_refused", extra={"identity": identity, "job": job_id})
         return ButtonAnswer(NOT_YOURS, done=False)
-    return ButtonAnswer(await c.jobs.scheduler.operate(op, job_id), done=True)  # type: ignore[arg-type]
+    _, answer = await c.operations.operate_job(chat_actor(identity, is_owner=True), op, job_id)  # type: ignore[arg-type]
+    return ButtonAnswer(answer, done=True)
