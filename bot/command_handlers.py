@@ -40,11 +40,8 @@ class CommandHandlers:
 
     async def run(self, command: Command, inbound: Inbound, route: Accept) -> str:
         handler = getattr(self, f"_cmd_{command.name}", None)
-        plugged = self._c.registry.commands.get(command.name)
-        if handler is None and plugged is not None:  # a feature's command (bot.registry)
-            c = self._c
-            handler = lambda command, inbound, route: plugged(c, command, inbound, route)  # noqa: E731
-        if handler is None:
+        plugged = self._c.registry.commands.get(command.name)  # a feature's command (bot.registry)
+        if handler is None and plugged is None:
             return f"Unknown command /{command.name}. Send /help to see what I understand."
         if inbound.chat_kind == "group":
             starters = self._c.run_starters.get(route.session_key, frozenset())
@@ -52,6 +49,8 @@ class CommandHandlers:
             if refusal is not None:
                 await self.audit_access(inbound, f"/{command.name}", "denied", route.session_key, kind="command")
                 return refusal
+        if handler is None:
+            return await plugged(self._c, command, inbound, route)  # type: ignore[misc]
         return await handler(command, inbound, route)
 
     async def audit_access(
