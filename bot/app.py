@@ -42,6 +42,7 @@ from bot.media import MediaIntake
 from bot.stt import transcriber
 from bot.tts import speech
 from bot.conversations import Conversations
+from bot.features import chat_registry
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
 from bot.exec_sandbox import exec_sandbox
@@ -332,6 +333,7 @@ async def build(
         )
         config_groups = {"telegram": settings.telegram.allowed_groups, "discord": settings.discord.allowed_channels}
         conversations = Conversations(
+            registry=chat_registry(),
             storage=storage,
             router=router,
             agent=agent,
@@ -355,6 +357,7 @@ async def build(
         conversations.mcp_states = mcp.states
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
+        conversations.operations.live.scheduler, conversations.operations.live.breakers = scheduler, breakers
         conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         conversations.log_cutoffs = log_cutoffs

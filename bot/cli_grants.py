@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-# The texts live with the operations layer; /grants (bot.command_handlers) imports them here.
+# The texts live with the operations layer (/grants in bot.command_handlers uses them there).
 from bot.operations.grants import (  # noqa: F401
     CHAT_LISTING,
     SHOWN_INPUT_CHARS,
     GrantStore,
-    chat_command,
     grant_line,
     listing,
     revoke,

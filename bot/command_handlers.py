@@ -14,31 +14,34 @@ from agent_core.ports import AuditEntry, AuditKind
 from agent_core.risk import Scope
 from agent_core.compaction import describe as describe_compaction
 from agent_core.transcript import repair
-from bot.cli_grants import chat_command as grants_chat_command
 from bot.commands import HELP, Command, estimate_cost
+from bot.operations import AuditQuery, Live, Operations, chat_actor
+from bot.operations.grants import CHAT_LISTING, listing
 from bot.roles import AccessManager, GroupCommandPolicy, parse_target
 from bot.router import Accept
-from bot.queue_modes import queue_command
-from bot.scheduling.chat import jobs_command
-from bot import structured
 from bot.usage_report import usage_text
 
 if TYPE_CHECKING:
-    from bot.conversations import Conversations
+    from bot.registry import ChatHost
 
 log = logging.getLogger(__name__)
 
 
 class CommandHandlers:
-    def __init__(self, conversations: Conversations) -> None:
+    def __init__(self, conversations: ChatHost) -> None:
         self._c = conversations
         c = conversations
         self.access = c.access or AccessManager(c.storage, c.storage, owners=c.router.owners)
         self.group_policy = GroupCommandPolicy(c.router.is_owner_identity, c.is_group_admin)
+        self.operations = Operations(c.storage, owners=c.router.owners, access=self.access,
+                                     live=Live(gate=c.gate, lanes=c.lanes))  # fmt: skip
+        """The verbs chat shares with the CLI and the dashboard (bot.operations); bot.app adds
+        the scheduler and breakers to its `live` once they exist."""
 
     async def run(self, command: Command, inbound: Inbound, route: Accept) -> str:
         handler = getattr(self, f"_cmd_{command.name}", None)
-        if handler is None:
+        plugged = self._c.registry.commands.get(command.name)  # a feature's command (bot.registry)
+        if handler is None and plugged is None:
             return f"Unknown command /{command.name}. Send /help to see what I understand."
         if inbound.chat_kind == "group":
             starters = self._c.run_starters.get(route.session_key, frozenset())
@@ -46,6 +49,8 @@ class CommandHandlers:
             if refusal is not None:
                 await self.audit_access(inbound, f"/{command.name}", "denied", route.session_key, kind="command")
                 return refusal
+        if handler is None:
+            return await plugged(self._c, command, inbound, route)  # type: ignore[misc]
         return await handler(command, inbound, route)
 
     async def audit_access(
@@ -80,13 +85,13 @@ class CommandHandlers:
 
     async def _cmd_allow(self, command: Command, inbound: Inbound, route: Accept) -> str:
         """In a private chat (in groups, /allow is `group_admin`): pair a user or allow a group."""
-        return await self._change_access(command, inbound, route, self.access.allow)
+        return await self._change_access(command, inbound, route, self.operations.allow)
 
     async def _cmd_revoke(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        return await self._change_access(command, inbound, route, self.access.revoke)
+        return await self._change_access(command, inbound, route, self.operations.revoke_access)
 
     async def _change_access(
-        self, command: Command, inbound: Inbound, route: Accept, change: Callable[[Any, str], Awaitable[str]]
+        self, command: Command, inbound: Inbound, route: Accept, change: Callable[[Any, Any], Awaitable[str]]
     ) -> str:
         refusal = self._owner_in_private(command, inbound, route)
         if refusal is not None:
@@ -95,38 +100,36 @@ class CommandHandlers:
             target = parse_target(command.args)
         except ValueError as exc:
             return f"{exc}. Example: /{command.name} telegram:42 or /{command.name} group telegram:-1001234."
-        return await change(target, inbound.identity)
+        return await change(chat_actor(inbound.identity, is_owner=route.is_owner), target)
 
     async def _cmd_audit(self, command: Command, inbound: Inbound, route: Accept) -> str:
         refusal = self._owner_in_private(command, inbound, route)
         if refusal is not None:
             return refusal
-        rows = await self._c.storage.audit_entries(limit=20)
+        rows = await self.operations.audit(chat_actor(inbound.identity, is_owner=route.is_owner), AuditQuery(limit=20))
         if not rows:
             return "The audit trail is empty."
         return "Last audit entries (UTC), oldest first:\n" + "\n".join(r.line() for r in rows)
 
     async def _cmd_grants(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        """'Always allow' rules: listed with ids, revoked by id (owner, private chat)."""
+        """'Always allow' rules: listed with ids, revoked by id (owner, private chat). `/grants`
+        lists every session's rules; `/grants revoke ID` removes one."""
         refusal = self._owner_in_private(command, inbound, route)
         if refusal is not None:
             return refusal
-        return await grants_chat_command(self._c.storage, command.args, inbound.identity)
-
-    async def _cmd_jobs(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        return await jobs_command(self._c, inbound, route)
-
-    async def _cmd_queue(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        return await queue_command(self._c, command, inbound, route)
+        actor = chat_actor(inbound.identity, is_owner=route.is_owner)
+        action, _, rest = command.args.strip().partition(" ")
+        if not action or action == "list":
+            return listing(await self.operations.grants(actor), "Revoke one with /grants revoke <id>.", CHAT_LISTING)
+        if action == "revoke" and rest.strip():
+            return await self.operations.revoke_grant(actor, rest)
+        return "Use /grants to list the 'always allow' rules, /grants revoke <id> to remove one."
 
     async def _cmd_usage(self, command: Command, inbound: Inbound, route: Accept) -> str:
         """The owner in a private chat sees every session; anyone else this session only."""
         everything = route.is_owner and inbound.chat_kind == "private"
         now = self._c.metrics.now().astimezone()
         return await usage_text(self._c.storage, now, session_key=None if everything else route.session_key)
-
-    async def _cmd_plan(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        return await structured.plan_command(self._c, route.session_key)
 
     async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
         who = "This is your private main session." if route.is_owner else "This is an isolated session."
@@ -140,7 +143,7 @@ class CommandHandlers:
             return "I'm in the middle of an answer; /stop it first, then /new."
         await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
         await self._c.storage.new_epoch(route.session_key)
-        await structured.end_with_session(self._c, route.session_key)  # goal lock, plan, question
+        await self._c.registry.end_session(self._c, route.session_key)  # goal lock, plan, question
         # "Always allow" was given for the conversation that just ended, not forever.
         cleared = await self._c.storage.clear_grants(route.session_key)
         note = f" {cleared} 'always allow' permission(s) were reset." if cleared else ""

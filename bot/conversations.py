@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from dataclasses import dataclass
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,13 +29,14 @@ from agent_core.text import clean_text
 from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
 from bot import queue_modes, resume
+from bot.pending import Pending
+from bot.registry import Registry
 from bot.lanes import LaneFull, Lanes, LanesClosed
 from bot.ratelimits import RateLimiter
 from bot.run_metrics import Metrics, owner_notifier
 from bot.roles import AccessManager, IsAdmin
 from bot.router import Accept, Buffered, Ignored, NeedsPairing, Router
 from bot import structured
-from bot.scheduling import chat as job_buttons
 from bot.scheduling.refs import JobRef, job_ref
 from bot.session_keys import scope_of
 from bot.storage import Storage
@@ -60,16 +61,6 @@ ALBUM_SETTLE_S = 1.0
 """How long a run waits for more parts of an album (Telegram sends each as its own update,
 normally in the same batch) after the last one arrived."""
 KEPT_NOTICE = "⏳ I'm restarting; I'll answer what you sent as soon as I'm back."
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    inbound: Inbound
-    route: Accept
-    inbox_id: int | None = None
-    """Its row in the inbox (None only for items built outside `receive`)."""
-    job: JobRef | None = None
-    """Set when this is a scheduled job's due run (bot.scheduling)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +122,7 @@ class Conversations:
         limiter: RateLimiter | None = None,
         access: AccessManager | None = None,
         is_group_admin: IsAdmin | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.storage = storage
         self.router = router
@@ -146,12 +138,16 @@ class Conversations:
         self.limiter = limiter
         self.access = access
         self.is_group_admin = is_group_admin
+        self.registry = registry or Registry()
+        """The commands and button actions features plugged in (bot.features builds Roost's)."""
         self.run_starters: dict[str, frozenset[str]] = {}
         """Who asked for each session's running run: in a group, they may /stop it."""
         self.lanes: Lanes[Pending] = Lanes(
             self._run_batch, mode=queue_mode, max_concurrent=max_concurrent_runs  # type: ignore[arg-type]
         )
         self.commands = CommandHandlers(self)
+        self.operations = self.commands.operations
+        """The operations layer as chat calls it (bot.operations), with this process's gate and lanes."""
         self.metrics = Metrics(storage, now=now, prices=prices)
         """Run metrics and anomalies (bot.run_metrics); its clocks are injectable."""
         self._backlog: list[InboxRow] = []
@@ -264,11 +260,7 @@ class Conversations:
         return await self.commands.approve_pairing(platform, code, identity)
 
     async def press_button(self, platform: str, action: str, identity: str) -> ButtonAnswer:
-        if action.startswith(resume.PREFIX):
-            return await resume.press(self, action, identity)
-        if action.startswith(structured.QUESTION_PREFIX):
-            return await structured.press_question(self, action, identity)
-        return await job_buttons.press(self, action, identity)
+        return await self.registry.press(self, action, identity)
 
     async def resume_question(self, question: Question, answer: str, identity: str) -> None:
         """A question answered after a restart: the answer goes into the stored transcript

@@ -15,7 +15,8 @@ from bot.lanes import QUEUE_MODES, QueueMode
 from bot.router import Accept
 
 if TYPE_CHECKING:
-    from bot.conversations import Conversations, Pending
+    from bot.pending import Pending
+    from bot.registry import ChatHost
 
 DESCRIPTIONS: dict[str, str] = {
     "collect": "messages sent while I work are answered together in my next answer",
@@ -34,7 +35,7 @@ BUSY_NOTICE: dict[str, str] = {
 interrupt mode, where the message does not wait (the stopped answer shows it)."""
 
 
-async def queue_command(c: Conversations, command: Command, inbound: Inbound, route: Accept) -> str:
+async def queue_command(c: ChatHost, command: Command, inbound: Inbound, route: Accept) -> str:
     """`/queue` shows the session's mode; `/queue <mode>` sets it (persisted); `/queue
     default` goes back to the configured one. In a group: the owner and the group's admins
     (bot.roles)."""
@@ -65,7 +66,7 @@ def content_block(pending: Pending, scope: Scope) -> dict[str, Any]:
 
 
 def steer_hook(
-    c: Conversations, key: str, items: list[Pending], run_id: str
+    c: ChatHost, key: str, items: list[Pending], run_id: str
 ) -> Callable[[], Awaitable[list[dict[str, Any]]]]:
     """What the run `run_id` asks at each tool boundary: in steer mode, the messages queued
     meanwhile (jobs stay queued: they run alone). Their inbox rows become this run's, and

@@ -23,7 +23,7 @@ from bot.scheduling.refs import job_ref
 from bot.session_keys import origin_of, scope_of
 
 if TYPE_CHECKING:
-    from bot.conversations import Conversations
+    from bot.registry import ChatHost
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def offer_text(request: str, workers: list[str] | None = None) -> str:
     return text
 
 
-async def offer(c: Conversations, now: datetime | None = None) -> int:
+async def offer(c: ChatHost, now: datetime | None = None) -> int:
     """At start-up, once adapters are connected: offer each run a crash cut off (and not
     offered before) to continue. Returns how many offers were sent."""
     now = now or datetime.now(UTC)
@@ -74,7 +74,7 @@ async def offer(c: Conversations, now: datetime | None = None) -> int:
     return sent
 
 
-async def session_of(c: Conversations, inbound: Inbound, route: Accept) -> Accept:
+async def session_of(c: ChatHost, inbound: Inbound, route: Accept) -> Accept:
     """Where a Continue press goes: the chat routed it (so who may press is the chat's
     decision); an isolated job's run it continues is in the job's own session of that chat."""
     if not (inbound.update_id or "").startswith(PREFIX):
@@ -85,7 +85,7 @@ async def session_of(c: Conversations, inbound: Inbound, route: Accept) -> Accep
     return Accept(run.session_key, scope_of(run.session_key), route.is_owner)
 
 
-async def press(c: Conversations, action: str, identity: str) -> ButtonAnswer:
+async def press(c: ChatHost, action: str, identity: str) -> ButtonAnswer:
     """Continue pressed: the presser (an owner, or whoever asked for the cut-off run) says
     "continue" in that chat, exactly once."""
     run_id = action[len(PREFIX) :]

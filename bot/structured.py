@@ -13,11 +13,12 @@ from agent_core.inbound import Inbound
 from agent_core.questions import PREFIX as QUESTION_PREFIX
 from agent_core.questions import Question, answer_result
 from agent_core.transcript import INTERRUPTED_RESULT
+from bot.pending import Pending
 from bot.router import Accept
 from bot.session_keys import origin_of, scope_of
 
 if TYPE_CHECKING:
-    from bot.conversations import Conversations, Pending
+    from bot.registry import ChatHost
 
 __all__ = ["QUESTION_PREFIX", "answer_into_transcript", "plan_command", "press_question", "resumed_pending"]
 
@@ -30,7 +31,7 @@ def answer_text(question: Question, answer: str) -> str:
     return f"(Roost restarted while you waited.) My answer to your question “{question.text}”: {answer}"
 
 
-async def plan_command(c: Conversations, session_key: str) -> str:
+async def plan_command(c: ChatHost, session_key: str) -> str:
     plan = await c.storage.latest_plan(session_key)
     lock = await c.storage.goal_lock(session_key)
     parts = []
@@ -41,7 +42,7 @@ async def plan_command(c: Conversations, session_key: str) -> str:
     return "\n\n".join(parts) if parts else "No plan in this chat yet. Ask me for a multi-step task."
 
 
-async def end_with_session(c: Conversations, session_key: str) -> None:
+async def end_with_session(c: ChatHost, session_key: str) -> None:
     """/new: the goal lock, the active plan and a question left pending (e.g. by a restart)
     belong to the conversation that ended."""
     await c.storage.clear_goal_lock(session_key)
@@ -57,7 +58,7 @@ async def end_with_session(c: Conversations, session_key: str) -> None:
         c.log_cutoffs.forget(session_key)
 
 
-async def press_question(c: Conversations, action: str, identity: str) -> ButtonAnswer:
+async def press_question(c: ChatHost, action: str, identity: str) -> ButtonAnswer:
     """An `ask:<id>:<n>` button: only the addressee's press answers."""
     if c.questions is None:
         return ButtonAnswer("This button is no longer active.", done=False)
@@ -65,7 +66,7 @@ async def press_question(c: Conversations, action: str, identity: str) -> Button
     return ButtonAnswer(text, done=done)
 
 
-async def answer_into_transcript(c: Conversations, question: Question, answer: str, identity: str) -> bool:
+async def answer_into_transcript(c: ChatHost, question: Question, answer: str, identity: str) -> bool:
     """After a restart: store the answer as the tool_result of the pending ask_user call (and
     an interrupted result for any call beside it), so the next run continues the task. False
     when the call was already closed (a stop wrote its results): the answer then travels as
@@ -90,11 +91,9 @@ async def answer_into_transcript(c: Conversations, question: Question, answer: s
     return bool(results)
 
 
-async def resumed_pending(c: Conversations, question: Question, identity: str, text: str) -> Pending | None:
+async def resumed_pending(c: ChatHost, question: Question, identity: str, text: str) -> Pending | None:
     """The lane item that continues a question's session after a restart (its chat is the
     session's; `text` says why the run continues)."""
-    from bot.conversations import Pending  # the lane's item type; imported late (cycle)
-
     session = await c.storage.get_session(question.session_key)
     if session is None or session.platform is None or session.chat_id is None or session.platform not in c.adapters:
         return None

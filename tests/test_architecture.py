@@ -83,3 +83,93 @@ def test_shared_adapter_modules_know_no_platform() -> None:
         if bad:
             offenders.append(f"{path.relative_to(ROOT)} imports {', '.join(bad)}")
     assert not offenders, "\n".join(offenders)
+
+
+def _bot_module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The bot module `name` denotes (itself or the nearest enclosing package); None outside bot."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def bot_import_graph() -> dict[str, set[str]]:
+    """Which bot modules each bot module imports. Every import statement counts, wherever it
+    stands: at module level, inside a function (a "late import to dodge the cycle" is still
+    the cycle) and under `if TYPE_CHECKING:` (an annotation naming a higher module is a
+    dependency on it too; a Protocol in a lower module is what breaks it). `from bot.x import
+    y` is an edge to bot.x.y when y is a module, else to bot.x. A package's own __init__,
+    which Python runs before any of its modules, is not counted as an edge."""
+    paths = {_bot_module(p): p for p in (ROOT / "bot").rglob("*.py") if "migrations" not in p.parts}
+    modules = set(paths)
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = _resolve(name, modules)
+                if target is not None and target != module and not module.startswith(target + "."):
+                    targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each strongly connected component of more than one module, as one cycle through it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def test_bot_has_no_import_cycle() -> None:
+    """No circle in bot/'s imports: features plug into bot.registry; Conversations, the chat
+    commands and the operations layer import only modules below them."""
+    cycles = import_cycles(bot_import_graph())
+    assert not cycles, "import cycles in bot/:\n" + "\n".join(" ↔ ".join(c) for c in cycles)

@@ -27,5 +27,12 @@ class Actor:
             raise Forbidden(f"Only {'an owner' if role is Role.OWNER else f'an {role.value} or owner'} can {what}.")
 
 
+def chat_actor(identity: str, *, is_owner: bool) -> Actor:
+    """The person behind a chat command or button press. The chat checked who they are
+    (route, private chat) before calling; anyone but an owner gets the lowest role that can
+    write, so the layer refuses them too."""
+    return Actor(identity, Role.OWNER if is_owner else Role.MEMBER, "chat")
+
+
 CLI = Actor("cli", Role.OWNER, "cli")
 """Whoever runs `roost …` on the machine: the owner (they hold the database)."""

@@ -131,12 +131,14 @@ class Operations:
         settings_view: Callable[[], dict[str, Any]] = dict,
         live: Live | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        access: AccessManager | None = None,
     ) -> None:
         self.storage = storage
         self.owners = list(owners)
         self.approvers = list(approvers)
         self.config_groups = {p: list(ids) for p, ids in (config_groups or {}).items()}
-        self.access = AccessManager(
+        # A running process passes the AccessManager its chats already use (one place decides).
+        self.access = access or AccessManager(
             storage, storage, owners=owners, approvers=approvers, config_groups=self.config_groups
         )
         self.workspace = workspace

@@ -66,13 +66,3 @@ async def revoke(store: GrantStore, raw_id: str, actor: str) -> str:
         )
     )
     return f"Revoked #{grant.id}: {grant.rule.tool_name} in {grant.rule.session_key} will be asked again."
-
-
-async def chat_command(store: GrantStore, args: str, actor: str) -> str:
-    """`/grants` lists every session's rules; `/grants revoke ID` removes one."""
-    action, _, rest = args.strip().partition(" ")
-    if not action or action == "list":
-        return listing(await store.grants(), "Revoke one with /grants revoke <id>.", CHAT_LISTING)
-    if action == "revoke" and rest.strip():
-        return await revoke(store, rest, actor)
-    return "Use /grants to list the 'always allow' rules, /grants revoke <id> to remove one."

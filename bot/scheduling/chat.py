@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING
 
 from adapters.base import Button, ButtonAnswer
 from agent_core.inbound import Inbound, ReplyTarget
+from bot.operations.actor import chat_actor
 from bot.router import Accept
 from bot.scheduling.book import describe
 from bot.storage.jobs import JobRow
 
 if TYPE_CHECKING:
-    from bot.conversations import Conversations
+    from bot.registry import ChatHost
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def buttons(job: JobRow) -> list[Button]:
     return row
 
 
-async def jobs_command(c: Conversations, inbound: Inbound, route: Accept) -> str:
+async def jobs_command(c: ChatHost, inbound: Inbound, route: Accept) -> str:
     """The session's jobs (the owner's private chat: every job), one card each."""
     if c.jobs is None:
         return "Scheduled jobs are not running in this process."
@@ -52,11 +53,12 @@ async def jobs_command(c: Conversations, inbound: Inbound, route: Accept) -> str
     return f"{len(jobs)} scheduled job{'s' if len(jobs) != 1 else ''} (times in {c.jobs.scheduler.timezone})."
 
 
-async def press(c: Conversations, action: str, identity: str) -> ButtonAnswer:
+async def press(c: ChatHost, action: str, identity: str) -> ButtonAnswer:
     op, _, job_id = action[len(PREFIX) :].partition(":")
     if c.jobs is None or op not in OPS or not job_id:
         return ButtonAnswer("This button is no longer active.", done=False)
     if not c.router.is_owner_identity(identity):
         log.info("job.button_refused", extra={"identity": identity, "job": job_id})
         return ButtonAnswer(NOT_YOURS, done=False)
-    return ButtonAnswer(await c.jobs.scheduler.operate(op, job_id), done=True)  # type: ignore[arg-type]
+    _, answer = await c.operations.operate_job(chat_actor(identity, is_owner=True), op, job_id)  # type: ignore[arg-type]
+    return ButtonAnswer(answer, done=True)

@@ -18,10 +18,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from adapters.base import Button
 from agent_core.inbound import ReplyTarget
@@ -37,7 +37,9 @@ from bot.storage.jobs import JobRow
 from bot.storage.sends import SendRow
 
 if TYPE_CHECKING:
-    from bot.conversations import Conversations
+    from adapters.base import Adapter
+    from agent_core.inbound import Inbound
+    from bot.scheduling.sends import PendingSends
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,24 @@ def schedule_of(job: JobRow) -> Schedule:
 
 def new_job_id() -> str:
     return secrets.token_hex(4)
+
+
+class HasSends(Protocol):
+    @property
+    def sends(self) -> PendingSends: ...
+
+
+class JobLanes(Protocol):
+    """What the scheduler fires into: `bot.conversations.Conversations` (named here, not
+    imported: Conversations sits above the scheduler, see tests/test_architecture.py)."""
+
+    @property
+    def adapters(self) -> Mapping[str, Adapter]: ...
+
+    @property
+    def jobs(self) -> HasSends | None: ...
+
+    async def run_job(self, inbound: Inbound, session_key: str, inbox_id: int, job: JobRef) -> str | None: ...
 
 
 class Scheduler:
@@ -73,7 +93,7 @@ class Scheduler:
         self._beat = heartbeat_settings or HeartbeatSettings(every=0)
         self._hours = ActiveHours.parse(self._beat.active_hours) if self._beat.active_hours else None
         self._next_beat: datetime | None = None
-        self._conversations: Conversations | None = None
+        self._conversations: JobLanes | None = None
         self._wake = asyncio.Event()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -86,7 +106,7 @@ class Scheduler:
         race it (a Cancel committed meanwhile must win)."""
 
     # --- lifecycle -------------------------------------------------------------------
-    def attach(self, conversations: Conversations) -> None:
+    def attach(self, conversations: JobLanes) -> None:
         self._conversations = conversations
 
     async def start(self) -> None:
