@@ -92,6 +92,9 @@ class RunRequest:
     account: str = ""
     """The session whose budget the run counts against when it is not its own (a worker's:
     the chat that spawned it)."""
+    scheduled: bool = False
+    """A scheduled job's run (or a worker of one): the owner's exemption from a sub scope's
+    budget does not hold for it, between turns as at admission."""
 
 
 class _Stop(Exception):

@@ -53,6 +53,8 @@ class ToolContext:
     memory: MemoryBackend | None = None
     messenger: Messenger | None = None
     requester: str = ""
+    scheduled: bool = False
+    """The run is a scheduled job's (bot.ratelimits: the owner's job meets a group's budget)."""
     """Identity of the person whose message started the run (audit, rate limits)."""
     extra_roots: tuple[str, ...] = ()
     """Workspace-relative folders the owner shared with this (sub) scope, beyond its own."""

@@ -204,6 +204,7 @@ class WorkerPool:
                 session_key=f"worker:{record.id}", scope=parent.scope, run_id=record.id,
                 content=[{"type": "text", "text": f"{_BRIEF}\n\nTask: {text}"}], requester=parent.requester,
                 account=parent.session_key,  # its spend is the chat's and the asker's, never nobody's
+                scheduled=parent.scheduled,  # a job's worker meets the budget its job meets
             )  # fmt: skip
             try:
                 async with asyncio.timeout(timeout_s):

@@ -301,6 +301,7 @@ async def build(
                 memory=ScopedMemory(memory, root, request.session_key, request.scope),
                 messenger=request.messenger,
                 requester=request.requester,
+                scheduled=request.scheduled,
                 extra_roots=live.policy.roots_for(request.scope, request.session_key),
             )
 

@@ -455,6 +455,7 @@ class Conversations:
             content=content,
             messenger=AdapterMessenger(adapter, target),
             requester=last.inbound.identity,
+            scheduled=last.job is not None,
         )
         # Taken before the run appends the user message: after a crash, a row whose run stored
         # that message counts as answered, any other goes back to the queue. The session's

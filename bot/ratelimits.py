@@ -139,13 +139,18 @@ class RateLimiter:
                 self._messages.setdefault(bucket.key, collections.deque()).append(now)
         return None
 
-    async def spent(self, requester: str, session_key: str, *, is_owner: bool) -> str | None:
+    async def spent(
+        self, requester: str, session_key: str, *, is_owner: bool, scheduled: bool = False
+    ) -> str | None:
         """Between a run's turns: what to tell the user when the person who asked, or the
-        group the run counts against, has reached today's token budget; else None."""
+        group the run counts against, has reached today's token budget; else None. The
+        owner is exempt as in `check`: everywhere but in a scheduled run in a sub scope,
+        which meets that chat's budget (never the owner's own)."""
         settings = self._limits()
-        if is_owner and settings.owner_exempt:
+        owner_exempt = is_owner and settings.owner_exempt
+        if owner_exempt and (not scheduled or scope_of(session_key) is Scope.MAIN):
             return None
-        buckets = [_Bucket(requester, settings.user, False)] if requester else []
+        buckets = [_Bucket(requester, settings.user, False)] if requester and not owner_exempt else []
         group = group_of(session_key)
         if group is not None:
             buckets.append(_Bucket(group, settings.group, True))
@@ -255,4 +260,6 @@ class RunBudget:
     async def __call__(self, request: RunRequest, turns: int, usage: Usage) -> str | None:
         await self._notes.note_usage(request.run_id, turns, usage)
         charged = request.account or request.session_key
-        return await self._limiter.spent(request.requester, charged, is_owner=self._is_owner(request.requester))
+        return await self._limiter.spent(
+            request.requester, charged, is_owner=self._is_owner(request.requester), scheduled=request.scheduled
+        )

@@ -3,6 +3,7 @@ PostgreSQL) with an injected clock, and the replies through the real app over th
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
@@ -188,13 +189,6 @@ async def test_a_run_still_spending_after_local_midnight_meets_the_new_days_budg
     assert await limiter.check(dm(), "dm:telegram:42", is_owner=False) is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RunBudget exempts the owner between turns everywhere, while check() makes the owner's "
-    "job in a sub scope meet that chat's budget at admission; a run does not say it is scheduled "
-    "(needs a RunRequest field, passed on to its workers), so an admitted owner's job in a group "
-    "spends its max_turns past the group's cap",
-)
 async def test_an_owners_job_in_a_group_stops_between_turns_at_the_groups_budget(
     storage: Storage, clock: FakeClock
 ) -> None:
@@ -211,8 +205,10 @@ async def test_an_owners_job_in_a_group_stops_between_turns_at_the_groups_budget
     assert await limiter.check(in_group("1"), key, is_owner=True, scheduled=True) is not None
     # ... and between the turns of one already running it must too.
     budget = RunBudget(limiter, storage, lambda identity: identity == owner)
-    request = RunRequest(session_key=key, scope=Scope.SUB, content=[], requester=owner, run_id="j1")
+    request = RunRequest(session_key=key, scope=Scope.SUB, content=[], requester=owner, run_id="j1", scheduled=True)
     assert await budget(request, 3, Usage(2000, 0, 0, 0)) is not None
+    # The owner's own message in the group (not a job) stays exempt, as at admission.
+    assert await budget(dataclasses.replace(request, scheduled=False), 3, Usage(2000, 0, 0, 0)) is None
 
 
 async def test_isolated_jobs_count_against_their_chat_and_the_user_who_made_them(
