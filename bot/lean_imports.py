@@ -9,6 +9,8 @@ installed" and fall back from:
 - aiohttp (+ yarl, multidict, attrs, frozenlist, ...): the anthropic SDK imports its vendored
   aiohttp transport only to offer `DefaultAioHttpClient`; Roost uses its httpx transport
   (~8 MB).
+- trio (+ attrs): httpcore and httpcore2 import it whenever it is installed; hidden while they
+  load (bot/__init__).
 - click: httpx imports its command-line client (click, rich, pygments) whenever click is
   installed, and uvicorn (the dashboard) installs it; hidden while httpx loads (bot/__init__).
 """

@@ -92,7 +92,7 @@ import atexit, json, os, sys
 
 def report():
     names = ("anthropic", "alembic", "mako", "tornado", "aiohttp", "discord", "adapters.discord", "pygments",
-             "PIL", "av", "pypdf")
+             "PIL", "av", "pypdf", "trio", "attr")
     with open(os.environ["ROOST_PROBE_OUT"], "w") as out:
         json.dump({m: m in sys.modules for m in names}, out)
 
@@ -140,6 +140,7 @@ async def test_first_start_of_a_telegram_bot_answers_without_alembic_tornado_aio
     assert json.loads(probe_out.read_text()) == {
         "anthropic": True, "alembic": False, "aiohttp": False, "mako": False, "tornado": False, "discord": False, "adapters.discord": False,
         "pygments": False, "PIL": False, "av": False, "pypdf": False,  # loaded only when media arrives
+        "trio": False, "attr": False,  # installed beside Roost by selenium; never loaded by it
     }
     with sqlite3.connect(home / "roost.db") as db:  # migrated all the same, by the child
         assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(SCHEMA_HEAD,)]
