@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
@@ -48,6 +49,7 @@ from bot.lean_imports import hidden
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.mcp_servers import McpManager
+from bot.operations.core import ServiceState
 from bot.platforms import group_admins
 from bot.ratelimits import RateLimiter, RunBudget
 from bot.roles import AccessManager
@@ -161,6 +163,20 @@ class LazyAnthropic:
             log.warning("llm.load_failed", exc_info=None if self._client.cancelled() else self._client.exception())
             return
         await self._client.result().aclose()  # type: ignore[attr-defined]
+
+
+def service_states(mcp: McpManager, settings: Settings) -> list[ServiceState]:
+    """The overview's MCP servers and speech engines (errors come redacted from the manager)."""
+    out = [
+        ServiceState(s.name, f"MCP server ({s.transport})", s.state,
+                     f"{s.tools} tools" if s.state == "connected" else (s.error or ""))
+        for s in mcp.states()
+    ]  # fmt: skip
+    stt = settings.stt.active
+    out.append(ServiceState("speech to text", "voice notes", stt, settings.stt.model if stt != "off" else ""))
+    tts = "openai" if settings.tts.base_url else "off"
+    out.append(ServiceState("text to speech", "/voice replies", tts, settings.tts.model if tts != "off" else ""))
+    return out
 
 
 @contextlib.asynccontextmanager
@@ -359,6 +375,7 @@ async def build(
         # Jobs fire through the conversations' lanes; stopped before those close (LIFO).
         scheduler.attach(conversations)
         conversations.operations.live.scheduler, conversations.operations.live.breakers = scheduler, breakers
+        conversations.operations.live.services = functools.partial(service_states, mcp, settings)
         conversations.jobs = JobRuns(storage, scheduler, adapters=lambda: conversations.adapters)
         conversations.questions, conversations.workers, conversations.plans = questions, workers, plans
         conversations.log_cutoffs = log_cutoffs

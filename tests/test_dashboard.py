@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from bot.dashboard import login
-from tests.app_harness import running_app
+from tests.app_harness import OWNER_ID, running_app
 from tests.dashboard_harness import csrf_of, dashboard, logged_in
 from tests.fakes.anthropic_api import FakeAnthropic
 
@@ -236,3 +236,23 @@ async def test_a_page_reached_under_another_host_name_is_refused(tmp_path: Path,
             rebound = await client.get(f"/login?token={d.token}", headers={"host": "evil.example"})
             assert rebound.status_code == 400 and "set-cookie" not in rebound.headers
             assert (await client.get(f"/login?token={d.token}", headers={"host": "localhost:8765"})).status_code == 303
+
+
+async def test_the_overview_shows_mcp_and_voice_states_and_an_unpriced_cost_as_unknown(
+    tmp_path: Path, fake_api: FakeAnthropic
+) -> None:
+    """What `roost doctor` and /status say reaches the overview too; no price configured is
+    "cost unknown" (as /usage says), never "$0.0000"."""
+    from tests.fakes.anthropic_script import reply_text
+    from tests.fakes.recording_adapter import private
+
+    fake_api.script(reply_text("hi"))
+    mcp = {"servers": {"notes": {"command": "notes-server", "enabled": False}}}
+    async with running_app(tmp_path, fake_api, dashboard=LOOPBACK_ANY_PORT, mcp=mcp) as (app, adapter), dashboard(app) as d:
+        await adapter.say(private(OWNER_ID, "hello"))  # a run today: its cost has no price
+        await app.conversations.lanes.drain()
+        async with logged_in(d) as client:
+            page = (await client.get("/")).text
+    assert "notes" in page and "MCP server (stdio)" in page and "disabled" in page
+    assert "speech to text" in page and "text to speech" in page
+    assert "cost unknown" in page and "$0.0000" not in page

@@ -104,6 +104,7 @@ def dashboard_for(roost: Any, adapters: Any) -> Any:
     live = Live(
         gate=roost.gate, scheduler=roost.scheduler, breakers=roost.breakers, lanes=roost.conversations.lanes,
         live_config=roost.live, platforms=lambda: [a.platform for a in adapters],
+        services=roost.conversations.operations.live.services,  # MCP servers, speech engines
     )  # fmt: skip
     ops = Operations(
         roost.storage, owners=settings.owners, approvers=settings.approvers, config_groups=config_groups(settings),

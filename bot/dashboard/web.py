@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from agent_core.approvals import Decision, ResolveOutcome
+from bot.usage_report import cost as usage_cost
 from bot.dashboard import views
 from bot.dashboard.login import COOKIE, MAX_AGE_S, Keys, Session
 from bot.operations import Actor, AuditQuery, Forbidden, Operations
@@ -95,6 +96,7 @@ class Dashboard:
             undefined=jinja2.StrictUndefined,
         )
         self.env.filters["when"] = _when
+        self.env.filters["cost"] = usage_cost  # the same words as /usage: "cost unknown" without prices
         self.env.filters["ago"] = lambda at: _ago(at, datetime.now(UTC))
         if ops.live.gate is not None:
             ops.live.gate.listeners.append(lambda: self.hub.publish("approvals"))
@@ -240,7 +242,7 @@ class Dashboard:
         return self.render(
             "usage.html", request, session, today=today_total, week=week_total, today_sessions=today_sessions,
             week_sessions=week_sessions, day_bars=views.bars([(d, views.tokens(t)) for d, t in days], _tokens),
-            cost_bars=views.bars([(d, t.cost_usd) for d, t in days], lambda v: f"${v:.4f}"),
+            cost_bars=views.bars([(d, t.cost_usd) for d, t in days if t.unpriced_runs < t.runs], lambda v: f"${v:.4f}"),
             model_bars=views.bars([(m, views.tokens(t)) for m, t in by_model.items()], _tokens),
             session_bars=views.bars([(k, views.tokens(t)) for k, t in week_sessions.items()], _tokens),
             budgets=await self.ops.budgets(self.actor, now),

@@ -96,6 +96,18 @@ class Overview:
     pending_approvals: int
     today: MetricsTotals
     budgets: list[BudgetLine]
+    services: list[ServiceState] = field(default_factory=list)
+    """MCP servers and speech engines, as `roost doctor` names them."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceState:
+    """One MCP server or speech engine: its name, kind, state and what went wrong last."""
+
+    name: str
+    kind: str
+    state: str
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +129,7 @@ class Live:
     lanes: Lanes[Any] | None = None
     live_config: LiveConfig | None = None
     platforms: Callable[[], list[str]] = field(default=lambda: [])
+    services: Callable[[], list[ServiceState]] = field(default=lambda: [])
 
 
 class Operations:
@@ -346,6 +359,7 @@ class Operations:
             pending_approvals=len(await self.storage.pending_approvals()),
             today=await self.storage.metrics_totals(today),
             budgets=budgets,
+            services=self.live.services(),
         )
 
     # -- memory (main only, read-only) -----------------------------------------------
