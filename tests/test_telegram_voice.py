@@ -107,9 +107,11 @@ async def test_without_speech_to_text_a_voice_note_gets_a_one_line_notice(
 
 
 # The local engine (PocketSphinx's general en-US language model, no grammar or phrase list)
-# hears this phrase in espeak-ng's en-us+f2 voice word for word at rates 120-165; it does not
-# hear "remind me to water the plants" ("remind me to walk or the planet"), so the key words
-# asserted are the ones a user would need, two of three, not the whole sentence.
+# hears this phrase word for word in espeak-ng's en-us+f2 and +f5 voices at every rate tried
+# (120-175 words a minute). PHRASE is heard only at some rates ("reminds me to water the
+# plants" at the default, "the minute we can wander the planet" at 165), which would tie the
+# test to espeak-ng's and libopus's versions; espeak-ng's default male voice is heard worst.
+# Asserted: two of the three words a user needs, not the whole sentence.
 LOCAL_PHRASE = "turn off the lights in the kitchen"
 LOCAL_KEY_WORDS = ("turn", "lights", "kitchen")
 
