@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from bot import breaker_report
-from bot.settings import Settings, config_path
+from bot.settings import Settings, config_path, local_stt_installed
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -43,11 +43,17 @@ def _voice(settings: Settings) -> Check:
     stt, tts = settings.stt, settings.tts
     if stt.active == "off":
         return Check("voice", "warn", "speech-to-text off: voice notes get a one-line notice, no transcript",
-                     "ROOST_STT__BASE_URL=<an OpenAI-compatible API, e.g. https://api.openai.com> (+ ROOST_STT__API_KEY)")
+                     "ROOST_STT__BASE_URL=<an OpenAI-compatible API, e.g. https://api.openai.com> (+ ROOST_STT__API_KEY), "
+                     "or pip install 'roost[local-stt]' to transcribe on this machine")
+    replies = f"voice replies via {tts.base_url} ({tts.voice})" if tts.base_url else "voice replies off (ROOST_TTS__BASE_URL)"
+    if stt.active == "local":
+        if not local_stt_installed():
+            return Check("voice", "fail", "ROOST_STT__ENGINE=local but pocketsphinx is not installed",
+                         "pip install 'roost[local-stt]'")
+        return Check("voice", "ok", f"voice notes transcribed on this machine (pocketsphinx, en-US); {replies}")
     if not stt.base_url:
         return Check("voice", "fail", "ROOST_STT__ENGINE=openai but ROOST_STT__BASE_URL is not set",
                      "ROOST_STT__BASE_URL=<an OpenAI-compatible API>")
-    replies = f"voice replies via {tts.base_url} ({tts.voice})" if tts.base_url else "voice replies off (ROOST_TTS__BASE_URL)"
     return Check("voice", "ok", f"voice notes transcribed via {stt.base_url} ({stt.model}); {replies}")
 
 

@@ -207,9 +207,17 @@ class MediaSettings(_Section):
     """Images shown to the model per turn; more are saved and described."""
 
 
+def local_stt_installed() -> bool:
+    """Whether the `local` speech-to-text engine can run (pocketsphinx, the `local-stt` extra)."""
+    import importlib.util
+
+    return importlib.util.find_spec("pocketsphinx") is not None
+
+
 class SttSettings(_Section):
-    engine: Literal["openai", "off"] | None = None
-    """ROOST_STT__ENGINE; None: openai when a base URL is set, else off."""
+    engine: Literal["openai", "local", "off"] | None = None
+    """ROOST_STT__ENGINE; None: openai when a base URL is set, else local when pocketsphinx is
+    installed (the `local-stt` extra), else off."""
     base_url: str | None = None
     """Any OpenAI-compatible API root serving /v1/audio/transcriptions (OpenAI, Groq, a local
     whisper server), e.g. https://api.openai.com."""
@@ -218,10 +226,12 @@ class SttSettings(_Section):
     timeout_s: float = Field(60.0, gt=0)
 
     @property
-    def active(self) -> Literal["openai", "off"]:
+    def active(self) -> Literal["openai", "local", "off"]:
         if self.engine is not None:
             return self.engine
-        return "openai" if self.base_url else "off"
+        if self.base_url:
+            return "openai"
+        return "local" if local_stt_installed() else "off"
 
 
 class TtsSettings(_Section):

@@ -41,11 +41,12 @@ def image_size(block: dict[str, Any]) -> tuple[int, int]:
         return img.size
 
 
-def spoken_ogg(phrase: str) -> bytes:
-    """`phrase` spoken by espeak-ng, encoded as a Telegram-style voice note (OGG/Opus, mono)."""
+def spoken_ogg(phrase: str, *espeak_args: str) -> bytes:
+    """`phrase` spoken by espeak-ng (with `espeak_args`, e.g. a voice), encoded as a
+    Telegram-style voice note (OGG/Opus, mono)."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
-    wav = subprocess.run(["espeak-ng", "--stdout", phrase], check=True, capture_output=True).stdout
+    wav = subprocess.run(["espeak-ng", *espeak_args, "--stdout", phrase], check=True, capture_output=True).stdout
     return wav_to_ogg_opus(wav)
 
 
