@@ -17,6 +17,7 @@ from bot.heap import freeze_long_lived
 from bot.settings import ConfigError, Settings, load_settings
 
 EXIT_CONFIG = 2
+EXIT_ALREADY_RUNNING = 3
 
 NO_PLATFORM = """\
 No chat platform is configured, so there is nothing for `roost run` to serve.
@@ -120,9 +121,15 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     if not adapters:
         print(NO_PLATFORM, file=sys.stderr)
         return EXIT_CONFIG
+    from bot.instance_lock import AlreadyRunning, hold_run_lock
     from bot.startup_migration import MigrationFailed, migrate_in_child, needs_upgrade
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
+    try:  # held until the process ends, however it ends (bot/instance_lock.py)
+        _run_lock = hold_run_lock(settings.db_url)  # noqa: F841
+    except AlreadyRunning as exc:
+        print(f"roost: {exc}", file=sys.stderr)
+        return EXIT_ALREADY_RUNNING
     if await needs_upgrade(settings.db_url):  # Alembic stays out of the serving process (~10 MB)
         try:
             await migrate_in_child(args.log_level)
