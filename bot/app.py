@@ -40,6 +40,8 @@ from bot.channel_cursors import StoredCursors
 from bot.conversations import Conversations
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
+from bot.lane_claims import LaneClaims
+from bot.replicas import Replicas
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.platforms import group_admins
@@ -345,6 +347,8 @@ async def build(
         conversations.log_cutoffs = log_cutoffs
         conversations.channel_cursors = StoredCursors(storage, router, conversations.adapters)
         questions.resume = conversations.resume_question
+        if recover and storage.engine.dialect.name == "postgresql":  # other replicas may serve it
+            conversations.replicas = Replicas(conversations, LaneClaims(storage.engine))
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs
             await scheduler.start()

@@ -43,6 +43,7 @@ from workspace.context import LogCutoffs
 from workspace.daily_log import append_run_entry
 
 if TYPE_CHECKING:
+    from bot.replicas import Replicas
     from agent_core.plans import PlanBook
     from agent_core.questions import Question, QuestionDesk
     from agent_core.workers import WorkerPool
@@ -155,6 +156,8 @@ class Conversations:
         """The process's model circuit breakers, for /status (set by bot.app)."""
         self.channel_cursors: ChannelCursors | None = None
         """Where each Discord channel was left, for catching up after a gap (set by bot.app)."""
+        self.replicas: Replicas | None = None
+        """Set when other replicas may serve the database (bot.replicas): lanes are claimed."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
@@ -292,6 +295,8 @@ class Conversations:
         """Start-up, before adapters deliver anything: settle what the previous process
         left in the inbox and hold new messages until `replay_inbox` has handed it on.
         Returns how many messages wait."""
+        if self.replicas is not None:  # other replicas' rows are live: settled per session
+            return 0
         self._backlog = await self.storage.recover_inbox(self.adapters.keys())
         if self._backlog:
             self._replayed.clear()
@@ -314,6 +319,8 @@ class Conversations:
                     await self.storage.discard_inbound(row.id)
         finally:
             self._replayed.set()
+            if self.replicas is not None:  # sessions no live replica holds: taken over here
+                self.replicas.start()
             if self.jobs is not None:  # due jobs fire once the backlog is handed on
                 await self.jobs.resume()  # sends the last process left pending
                 self.jobs.scheduler.adapters_ready()
@@ -335,6 +342,8 @@ class Conversations:
                 await self.storage.discard_inbound(inbox_id)
                 return "rate-limited"
         await self.storage.ensure_session(session_key, route.scope.value, inbound.platform, inbound.chat_id)
+        if self.replicas is not None and not await self.replicas.take(session_key, inbox_id):
+            return None  # queued in the inbox for the replica holding the session's lane
         try:
             # A job falling due is nobody's new message: it never interrupts the user's answer.
             self.lanes.submit(session_key, Pending(inbound, route, inbox_id, job), interrupts=False)
@@ -369,6 +378,13 @@ class Conversations:
         # A run waiting on someone's ask_user answer is never stopped by another's message
         # (the addressee's own reply answered before this point).
         held = self.questions is not None and self.questions.waiting_in(key)
+        if self.replicas is not None and not await self.replicas.take(key, pending.inbox_id):
+            # Another replica runs this session (or already has this message): it answers
+            # from the inbox, in order.
+            notice = queue_modes.BUSY_NOTICE[self.lanes.mode_of(key)]
+            if acknowledge and notice and not self.replicas.known(pending.inbox_id):
+                await self._notify(inbound, notice)
+            return True
         try:
             waiting = self.lanes.submit(key, pending, interrupts=pending.job is None and not held)
         except LanesClosed:
@@ -391,6 +407,10 @@ class Conversations:
             # Back in front, in order (a submit would queue them behind newer messages).
             self.lanes.requeue(key, [p for p in items if p not in now])
             items = now
+        if self.replicas is not None:  # each message once, even if two replicas hold the lane
+            items = await self.replicas.claim(items)
+            if not items:
+                return
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
@@ -466,6 +486,8 @@ class Conversations:
                 await self.storage.finish_inbound(_inbox_ids(items))
             except Exception:
                 log.exception("inbox.finish_failed", extra={"session": key})
+        if self.replicas is not None:
+            self.replicas.done(items)
         asked = " / ".join(p.inbound.text for p in items)
         if cancelled:
             did = "stopped by the user before finishing"
@@ -514,6 +536,8 @@ class Conversations:
         so once."""
         self._closing = True
         self._replayed.set()  # held messages meet the closed lanes and stay queued
+        if self.replicas is not None:  # no new lanes taken; the held ones go with the connection
+            await self.replicas.stop()
         if self.questions is not None:  # runs cut off now keep their questions for the restart
             self.questions.aclose()
         waiting: dict[tuple[str, str, str | None], Inbound] = {}
@@ -524,6 +548,8 @@ class Conversations:
             await self._notify(inbound, KEPT_NOTICE)
         while self._finishing:  # stopped runs' replies closed and outcomes stored, first
             await asyncio.gather(*list(self._finishing), return_exceptions=True)
+        if self.replicas is not None:  # only now may another replica take these sessions
+            await self.replicas.aclose()
         await self.metrics.settle()  # stored before the database closes
 
 
