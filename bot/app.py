@@ -176,11 +176,16 @@ async def build(
         storage = await Storage.open(settings.db_url)
         stack.push_async_callback(storage.aclose)
         storage.use_redactor(RedactSecrets(settings.secrets).redact)  # no secret in the audit trail
-        if recover:
+        # Replicas on PostgreSQL: what another replica runs is live, never "cut off by a
+        # restart"; a dead replica's sessions are settled one by one when taken over.
+        shared = storage.engine.dialect.name == "postgresql"
+        if recover and not shared:
             for run in await storage.mark_interrupted_runs():
                 log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
+        if recover:
             await storage.prune_seen_updates()
             await storage.prune_sends()
+        if recover and not shared:
             for worker in await storage.interrupt_workers():  # reported, never silently lost
                 log.info("worker.interrupted_by_restart", extra={"worker": worker.id, "run": worker.parent_run_id})
 
@@ -228,7 +233,7 @@ async def build(
             storage, approvers=[*settings.owners, *settings.approvers, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s,
             audit=storage,
         )
-        expired_at_start = await gate.expire_orphans() if recover else []
+        expired_at_start = await gate.expire_orphans() if recover and not shared else []
         for record in expired_at_start:
             log.info("approval.expired_at_start", extra={"approval": record.id})
         # [policy] and [limits] of roost.toml, hot-reloaded; everything below reads them live.
@@ -347,7 +352,7 @@ async def build(
         conversations.log_cutoffs = log_cutoffs
         conversations.channel_cursors = StoredCursors(storage, router, conversations.adapters)
         questions.resume = conversations.resume_question
-        if recover and storage.engine.dialect.name == "postgresql":  # other replicas may serve it
+        if recover and shared:
             conversations.replicas = Replicas(conversations, LaneClaims(storage.engine))
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs

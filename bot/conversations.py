@@ -271,11 +271,16 @@ class Conversations:
             except Exception:
                 log.warning("approval.card_close_failed", extra={"approval": record.id}, exc_info=True)
 
-    async def recover_deliveries(self) -> int:
+    async def recover_deliveries(self, run_ids: set[str] | None = None) -> int:
         """At start-up: replies a previous process left mid-stream are marked as cut off in
-        place, on the message that already shows them."""
+        place, on the message that already shows them. With replicas, only those of the
+        runs `run_ids` (a session taken over from a dead replica): the others are live."""
+        if self.replicas is not None and run_ids is None:
+            return 0
         count = 0
         for row in await self.storage.unfinished_deliveries():
+            if run_ids is not None and row.run_id not in run_ids:
+                continue
             adapter = self.adapters.get(row.platform)
             if adapter is None:
                 continue

@@ -107,9 +107,14 @@ class Replicas:
         if self._stopped or self.c.lanes.active(key) or not await self.claims.claim(key):
             return False
         if not self.c.lanes.active(key):
+            # What the dead holder was running: cut off in place and offered once, then its
+            # messages settled as a restart settles them.
+            cut = await self.c.storage.mark_interrupted_runs(session_key=key)
+            if cut:
+                await self.c.recover_deliveries({r.id for r in cut})
             settled = await self.c.storage.recover_session_inbox(key)
-            if settled:
-                log.info("lane.taken_over", extra={"session": key, "settled": settled})
+            if settled or cut:
+                log.info("lane.taken_over", extra={"session": key, "settled": settled, "runs": len(cut)})
         items = await self._refill(key)
         if items:
             self.c.lanes.requeue(key, items)
