@@ -165,9 +165,18 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 app.lazy_llm.load().add_done_callback(
                     lambda f: None if f.cancelled() or f.exception() else freeze_long_lived()
                 )
+            health = None
+            if settings.health_listen:  # a load balancer's check (bot/health.py)
+                from bot.health import Health
+
+                health = Health(app.storage.engine)
+                await health.start(settings.health_listen)
+                running.push_async_callback(health.aclose)
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
             await stop.wait()
+            if health is not None:  # the proxy sends nothing new here while this one stops
+                health.stopping = True
             # A second Ctrl-C / SIGTERM while shutting down leaves at once: every accepted
             # message is already in the inbox, so a hard exit loses nothing.
             for sig in (signal.SIGINT, signal.SIGTERM):

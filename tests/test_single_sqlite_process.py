@@ -11,15 +11,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import reply_text
 from tests.fakes.telegram_api import FakeTelegram
-from tests.telegram_harness import OWNER, TOKEN, tg  # noqa: F401  (fixture)
+from tests.telegram_harness import OWNER, TOKEN, free_port, tg  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, name: str) -> tuple[subprocess.Popen[bytes], Path]:
+def start(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, name: str, **extra: str
+) -> tuple[subprocess.Popen[bytes], Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
     env.update(
         ROOST_HOME=str(tmp_path / "home"),
@@ -29,6 +33,7 @@ def start(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, name: str) -> tu
         TELEGRAM_BOT_TOKEN=TOKEN,
         ANTHROPIC_API_KEY="test-key",
         ANTHROPIC_BASE_URL=llm.base_url,
+        **extra,
     )
     log = tmp_path / f"{name}.log"
     with open(log, "wb") as out:
@@ -75,8 +80,12 @@ async def test_second_roost_run_on_one_sqlite_file_exits_with_the_reason_and_ans
         # kill -9: the kernel releases the lock with the process; nothing is left stuck.
         ended(first, signal.SIGKILL)
 
-    third, third_log = start(tmp_path, tg, fake_api, "third")
+    port = free_port()
+    third, third_log = start(tmp_path, tg, fake_api, "third", ROOST_HEALTH_LISTEN=f"127.0.0.1:{port}")
     try:
         await logged(third_log, "Roost is running")
+        async with httpx.AsyncClient() as client:  # and a load balancer sees it healthy
+            health = await client.get(f"http://127.0.0.1:{port}/healthz", timeout=10)
+        assert (health.status_code, health.text) == (200, "ok\n")
     finally:
         assert ended(third, signal.SIGTERM) == 0
