@@ -145,3 +145,39 @@ async def test_replica_killed_mid_answer_the_other_marks_it_offers_once_and_answ
         finally:
             ended(a, signal.SIGKILL)
             ended(b, signal.SIGTERM)
+
+
+async def test_rolling_restart_sigterm_hands_the_queue_to_the_other_replica(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(Reply(Text(SLOW_START, chunk_size=60), Stall(120)))
+    fake_api.responder = texts_answer
+    async with fresh_postgres_database() as url:
+        a, hook_a, log_a = replica(tmp_path, "a", url, tg, fake_api)
+        b, hook_b, log_b = replica(tmp_path, "b", url, tg, fake_api)
+        try:
+            await logged(log_a, "Roost is running")
+            await logged(log_b, "Roost is running")
+            assert await tg.apost_to_webhook(dm(1, "first: what should I buy?"), url=hook_a, secret=SECRET) == 200
+            await tg.await_for(lambda: any(m.text == SLOW_START for m in tg.bot_messages(OWNER)), timeout=30)
+            assert await tg.apost_to_webhook(dm(2, "second: the milk"), url=hook_a, secret=SECRET) == 200
+            assert await tg.apost_to_webhook(dm(3, "third: the eggs"), url=hook_b, secret=SECRET) == 200
+            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued"),
+                              ("third: the eggs", "queued")])  # fmt: skip
+            a.send_signal(signal.SIGTERM)  # a rolling restart: A stops, B carries on
+            assert a.wait(30) == 0
+
+            def answered() -> list[str]:
+                return [m.text or "" for m in tg.bot_messages(OWNER) if (m.text or "").startswith("answer to")]
+
+            await tg.await_for(answered, timeout=15)
+            await inbox(url, [])
+            texts = [m.text or "" for m in tg.bot_messages(OWNER)]
+            assert any(t.startswith(SLOW_START) and "stopped" in t for t in texts), texts  # said, not silent
+            (answer,) = answered()
+            assert answer.endswith("second: the milk | third: the eggs"), texts
+            assert answer.count("second: the milk") == 1 and answer.count("third: the eggs") == 1
+            assert len(fake_api.requests) == 2
+        finally:
+            ended(a, signal.SIGKILL)
+            ended(b, signal.SIGTERM)
