@@ -55,6 +55,11 @@ class Leadership:
         self.held = self._single
         self.changes = asyncio.Condition()
 
+    @property
+    def shared(self) -> bool:
+        """Other replicas may lead instead (PostgreSQL)."""
+        return not self._single
+
     async def start(self) -> None:
         if self._single or self._task is not None:
             return

@@ -181,3 +181,59 @@ async def test_rolling_restart_sigterm_hands_the_queue_to_the_other_replica(
         finally:
             ended(a, signal.SIGKILL)
             ended(b, signal.SIGTERM)
+
+
+async def advisory_locks(url: str) -> int:
+    conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
+    try:
+        return int(await conn.fetchval(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND a.datname = $1", make_url(url).database,
+        ))  # fmt: skip
+    finally:
+        await conn.close()
+
+
+async def test_scheduler_leader_killed_two_seconds_before_a_due_time_the_job_fires_once_on_time(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from bot.storage import Storage
+    from bot.storage.jobs import NewJob
+
+    fake_api.responder = lambda body: reply_text("stretch reminder done")
+    async with fresh_postgres_database() as url:
+        a, _, log_a = replica(tmp_path, "a", url, tg, fake_api)
+        b = None
+        try:
+            await logged(log_a, "Roost is running")
+            assert await advisory_locks(url) == 1  # A leads: the only lock is the scheduler's
+            b, _, log_b = replica(tmp_path, "b", url, tg, fake_api)
+            await logged(log_b, "Roost is running")
+            due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
+            storage = await Storage.open(url, migrate=False)
+            try:  # made on a replica that does not lead, as a chat on B would
+                await storage.create_job(NewJob(
+                    id="0ce0ce00", name="stretch", prompt="remind me to stretch", session_key="main",
+                    platform="telegram", chat_kind="private", chat_id=str(OWNER), thread_id=None,
+                    creator=f"telegram:{OWNER}", kind="once", spec=due.isoformat(), timezone="UTC", grace_s=60,
+                    next_run_at=due, created_at=due - timedelta(minutes=1),
+                ))  # fmt: skip
+            finally:
+                await storage.aclose()
+            await asyncio.sleep(max(0.0, due.timestamp() - 2 - time.time()))  # timing-ok: the scenario's "2 s before"
+            ended(a, signal.SIGKILL)
+
+            def fired() -> list[str]:
+                return [m.text or "" for m in tg.bot_messages(OWNER) if "stretch reminder done" in (m.text or "")]
+
+            await tg.await_for(fired, timeout=20)
+            at = time.time()
+            assert abs(at - due.timestamp()) <= 10, f"fired {at - due.timestamp():+.1f} s from its due time"
+            await asyncio.sleep(3)  # timing-ok: a second leader's tick would fire within its 2 s nap
+            assert len(fired()) == 1 and len(fake_api.requests) == 1
+        finally:
+            ended(a, signal.SIGKILL)
+            if b is not None:
+                ended(b, signal.SIGTERM)

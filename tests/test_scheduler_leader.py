@@ -118,6 +118,7 @@ class BelievesItLeads(Leadership):
     """A replica that has not yet noticed its lock connection died: it still fires."""
 
     def __init__(self) -> None:
+        self._single = False
         self.held = True
         self.on_change = None
         self.changes = asyncio.Condition()
@@ -142,6 +143,27 @@ async def test_two_replicas_that_both_believe_they_lead_fire_a_due_time_once(dia
             await asyncio.gather(tick(a), tick(b), a.tick(), b.tick())
             assert len(fired) == 1, fired
             assert len(await a.storage.inbox_rows({"queued"})) == 1
+        finally:
+            await stop(a)
+            await stop(b)
+
+
+async def test_a_job_made_on_a_replica_that_does_not_lead_fires_on_time(dialect: str, tmp_path: Path) -> None:
+    async with fresh_postgres_database() as url:
+        fired: list[tuple[str, JobRef, float]] = []
+        a = await replica(url, "a", fired, tmp_path)
+        b = await replica(url, "b", fired, tmp_path)
+        try:
+            assert a.leader.held and not b.leader.held
+            await tick(a)  # the leader has looked at an empty table: it naps
+            due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+            await b.storage.create_job(once_at(due))
+            b.wake()  # what the schedule tool does on the replica it ran on: reaches only b
+            deadline = time.monotonic() + 20
+            while not fired and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)  # timing-ok: waiting for the due time itself
+            assert [f[0] for f in fired] == ["a"]
+            assert abs(fired[0][2] - due.timestamp()) <= 10, f"fired {fired[0][2] - due.timestamp():+.1f} s from due"
         finally:
             await stop(a)
             await stop(b)

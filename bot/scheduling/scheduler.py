@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 MAX_NAP = 60.0
 """Seconds the loop sleeps at most: a clock change (or a suspended laptop) is noticed soon."""
+SHARED_NAP = 2.0
+"""With replicas, jobs are created and changed on other replicas too (whose `wake` does not
+reach this one): the leader looks at the table this often."""
 Op = Literal["run", "pause", "resume", "cancel"]
 
 
@@ -149,10 +152,11 @@ class Scheduler:
 
     async def _nap(self) -> float:
         now = self.clock()
+        longest = SHARED_NAP if self.leader.shared else MAX_NAP
         candidates = [d for d in (await self.storage.next_due_at(), self._next_beat) if d is not None]
         if not candidates:
-            return MAX_NAP
-        return max(0.0, min(MAX_NAP, (min(candidates) - now).total_seconds()))
+            return longest
+        return max(0.0, min(longest, (min(candidates) - now).total_seconds()))
 
     # --- firing ----------------------------------------------------------------------
     async def tick(self) -> int:
