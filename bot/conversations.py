@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import uuid
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -412,10 +413,13 @@ class Conversations:
             # Back in front, in order (a submit would queue them behind newer messages).
             self.lanes.requeue(key, [p for p in items if p not in now])
             items = now
+        claimed: tuple[str, str | None] | None = None
         if self.replicas is not None:  # each message once, even if two replicas hold the lane
-            items = await self.replicas.claim(items)
+            run_id = uuid.uuid4().hex
+            items, claimed_model = await self.replicas.claim(items, run_id, key)
             if not items:
                 return
+            claimed = (run_id, claimed_model)
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
@@ -430,7 +434,11 @@ class Conversations:
         # Taken before the run appends the user message: after a crash, a row whose run stored
         # that message counts as answered, any other goes back to the queue. The session's
         # /model (even one set while these waited) is read in the same transaction.
-        model = await self.storage.take_inbound_for_run(_inbox_ids(items), request.run_id, key)
+        if claimed is not None:
+            request = dataclasses.replace(request, run_id=claimed[0])
+            model = claimed[1]
+        else:
+            model = await self.storage.take_inbound_for_run(_inbox_ids(items), request.run_id, key)
         request = dataclasses.replace(request, model=model)
         if last.job is None:  # steer mode: later messages join this run at a tool boundary
             request = dataclasses.replace(request, steer=queue_modes.steer_hook(self, key, items, request.run_id))

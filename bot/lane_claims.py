@@ -8,7 +8,7 @@ stays `queued` in the inbox, the shared queue; the holder drains it before it le
 (`Conversations` asks `queued_inbound` before each run and once more after releasing).
 
 Locks are a routing hint backed by the database: the inbox rows a run answers are claimed
-conditionally (`Storage.claim_inbound`), so even two replicas that both believe they hold a
+conditionally (`Storage.claim_inbound_for_run`), so even two replicas that both believe they hold a
 lane (a lock connection that died unnoticed) answer each message once.
 
 On SQLite (one process, bot.instance_lock) every claim succeeds and nothing is locked.

@@ -10,7 +10,7 @@ that last look or was queued after the release and taken by its own replica — 
 behind. A sweep every few seconds takes over sessions nobody holds (a replica that died:
 its lock went with its connection) and settles their cut-off rows as a restart would.
 
-Runs claim their rows conditionally (`Storage.claim_inbound`): a lane briefly held twice
+Runs claim their rows conditionally (`Storage.claim_inbound_for_run`): a lane briefly held twice
 still answers each message once.
 """
 
@@ -65,17 +65,17 @@ class Replicas:
             self._in_lane.add(inbox_id)
         return True
 
-    async def claim(self, items: list[Pending]) -> list[Pending]:
-        """The items this run may answer: those whose rows no other run took."""
+    async def claim(self, items: list[Pending], run_id: str, key: str) -> tuple[list[Pending], str | None]:
+        """The items the run `run_id` may answer — those whose rows no other run took, now
+        taken — and the session's model, in one transaction."""
         ids = [p.inbox_id for p in items if p.inbox_id is not None]
-        if not ids:
-            return items
-        taken = set(await self.c.storage.claim_inbound(ids, "claiming"))
+        found, model = await self.c.storage.claim_inbound_for_run(ids, run_id, key)
+        taken = set(found)
         kept = [p for p in items if p.inbox_id is None or p.inbox_id in taken]
         self.done([p for p in items if p not in kept])
         if len(kept) < len(items):
             log.info("inbox.answered_elsewhere", extra={"messages": len(items) - len(kept)})
-        return kept
+        return kept, model
 
     def done(self, items: Iterable[Pending]) -> None:
         for p in items:

@@ -185,6 +185,17 @@ def insert_inbound(conn: Connection, dialect: str, message: InboxMessage, now: d
     return int(conn.execute(_INSERT_INBOX, row).inserted_primary_key[0])
 
 
+def claim_statement(ids: Sequence[int], run_id: str, now: datetime) -> Any:
+    """Take the rows among `ids` that no run took yet, returning their ids."""
+    return (
+        update(InboxModel)
+        .where(InboxModel.id.in_(list(ids)), InboxModel.state.in_(["received", "queued"]))
+        .values(state="running", run_id=run_id, updated_at=now)
+        .returning(InboxModel.id)
+        .execution_options(synchronize_session=False)
+    )
+
+
 class InboxRepository(RepositoryBase):
     async def receive_inbound(self, message: InboxMessage) -> int | None:
         """Store the message (`received`) and mark its update seen, in one transaction, so an
@@ -314,21 +325,6 @@ class InboxRepository(RepositoryBase):
                     m.state, m.run_id = "queued", None
                 m.updated_at = now
             return len(running)
-
-    async def claim_inbound(self, ids: Sequence[int], run_id: str) -> list[int]:
-        """Take these rows for the run `run_id` only if no run took them yet; returns those
-        taken. Two replicas that both believe they hold a lane answer each message once."""
-        if not ids:
-            return []
-        async with self._tx() as s:
-            taken = await s.scalars(
-                update(InboxModel)
-                .where(InboxModel.id.in_(list(ids)), InboxModel.state.in_(["received", "queued"]))
-                .values(state="running", run_id=run_id, updated_at=self._now())
-                .returning(InboxModel.id)
-                .execution_options(synchronize_session=False)
-            )
-            return list(taken)
 
     async def _set_state(
         self, ids: Sequence[int], state: InboxState, *, session_key: str | None = None, run_id: str | None = None
