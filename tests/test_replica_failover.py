@@ -161,6 +161,8 @@ async def test_rolling_restart_sigterm_hands_the_queue_to_the_other_replica(
             assert await tg.apost_to_webhook(dm(1, "first: what should I buy?"), url=hook_a, secret=SECRET) == 200
             await tg.await_for(lambda: any(m.text == SLOW_START for m in tg.bot_messages(OWNER)), timeout=30)
             assert await tg.apost_to_webhook(dm(2, "second: the milk"), url=hook_a, secret=SECRET) == 200
+            # Stored before the next is sent (a 200 only says the update was handed over).
+            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued")])
             assert await tg.apost_to_webhook(dm(3, "third: the eggs"), url=hook_b, secret=SECRET) == 200
             await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued"),
                               ("third: the eggs", "queued")])  # fmt: skip
