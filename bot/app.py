@@ -46,6 +46,8 @@ from bot.conversations import Conversations
 from bot.features import chat_registry
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
+from bot.lane_claims import LaneClaims
+from bot.replicas import Replicas
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.mcp_servers import McpManager
@@ -198,11 +200,16 @@ async def build(
         storage = await Storage.open(settings.db_url)
         stack.push_async_callback(storage.aclose)
         storage.use_redactor(RedactSecrets(settings.secrets).redact)  # no secret in the audit trail
-        if recover:
+        # Replicas on PostgreSQL: what another replica runs is live, never "cut off by a
+        # restart"; a dead replica's sessions are settled one by one when taken over.
+        shared = storage.engine.dialect.name == "postgresql"
+        if recover and not shared:
             for run in await storage.mark_interrupted_runs():
                 log.info("run.interrupted_by_restart", extra={"run": run.id, "session": run.session_key})
+        if recover:
             await storage.prune_seen_updates()
             await storage.prune_sends()
+        if recover and not shared:
             for worker in await storage.interrupt_workers():  # reported, never silently lost
                 log.info("worker.interrupted_by_restart", extra={"worker": worker.id, "run": worker.parent_run_id})
 
@@ -250,7 +257,7 @@ async def build(
             storage, approvers=[*settings.owners, *settings.approvers, CONSOLE_IDENTITY], ttl_s=settings.agent.approval_ttl_s,
             audit=storage,
         )
-        expired_at_start = await gate.expire_orphans() if recover else []
+        expired_at_start = await gate.expire_orphans() if recover and not shared else []
         for record in expired_at_start:
             log.info("approval.expired_at_start", extra={"approval": record.id})
         # [policy] and [limits] of roost.toml, hot-reloaded; everything below reads them live.
@@ -385,6 +392,8 @@ async def build(
         )
         conversations.speech = speech(settings.tts)
         questions.resume = conversations.resume_question
+        if recover and shared:
+            conversations.replicas = Replicas(conversations, LaneClaims(storage.engine))
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs
             await scheduler.start()

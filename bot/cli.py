@@ -17,6 +17,7 @@ from bot.heap import freeze_long_lived
 from bot.settings import ConfigError, Settings, load_settings
 
 EXIT_CONFIG = 2
+EXIT_ALREADY_RUNNING = 3
 
 NO_PLATFORM = """\
 No chat platform is configured, so there is nothing for `roost run` to serve.
@@ -136,9 +137,15 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         except RemoteRefused as exc:
             print(f"roost: {exc}", file=sys.stderr)
             return EXIT_CONFIG
+    from bot.instance_lock import AlreadyRunning, hold_run_lock
     from bot.startup_migration import MigrationChild, MigrationFailed, needs_upgrade
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
+    try:  # held until the process ends, however it ends (bot/instance_lock.py)
+        _run_lock = hold_run_lock(settings.db_url)  # noqa: F841
+    except AlreadyRunning as exc:
+        print(f"roost: {exc}", file=sys.stderr)
+        return EXIT_ALREADY_RUNNING
     child = None
     if await needs_upgrade(settings.db_url):  # Alembic stays out of the serving process (~10 MB)
         child = await MigrationChild.start(args.log_level)
@@ -190,11 +197,20 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                 app.lazy_llm.load().add_done_callback(
                     lambda f: None if f.cancelled() or f.exception() else freeze_long_lived()
                 )
+            health = None
+            if settings.health_listen:  # a load balancer's check (bot/health.py)
+                from bot.health import Health
+
+                health = Health(app.storage.engine)
+                await health.start(settings.health_listen)
+                running.push_async_callback(health.aclose)
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
             if dashboard_link is not None:
                 print(f"Dashboard: {dashboard_link}", file=sys.stderr)
             await stop.wait()
+            if health is not None:  # the proxy sends nothing new here while this one stops
+                health.stopping = True
             # A second Ctrl-C / SIGTERM while shutting down leaves at once: every accepted
             # message is already in the inbox, so a hard exit loses nothing.
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 from dataclasses import dataclass
+import uuid
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from workspace.daily_log import append_run_entry
 if TYPE_CHECKING:
     from bot.media import MediaIntake
     from bot.tts import OpenAISpeech
+    from bot.replicas import Replicas
     from agent_core.plans import PlanBook
     from agent_core.questions import Question, QuestionDesk
     from agent_core.workers import WorkerPool
@@ -181,6 +183,8 @@ class Conversations:
         self.deferred: dict[str, list[Pending]] = {}
         """Messages whose voice note could not be transcribed, per session: they join the
         session's next run or /retry (their inbox rows stay queued, so a restart retries)."""
+        self.replicas: Replicas | None = None
+        """Set when other replicas may serve the database (bot.replicas): lanes are claimed."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
@@ -299,11 +303,16 @@ class Conversations:
             except Exception:
                 log.warning("approval.card_close_failed", extra={"approval": record.id}, exc_info=True)
 
-    async def recover_deliveries(self) -> int:
+    async def recover_deliveries(self, run_ids: set[str] | None = None) -> int:
         """At start-up: replies a previous process left mid-stream are marked as cut off in
-        place, on the message that already shows them."""
+        place, on the message that already shows them. With replicas, only those of the
+        runs `run_ids` (a session taken over from a dead replica): the others are live."""
+        if self.replicas is not None and run_ids is None:
+            return 0
         count = 0
         for row in await self.storage.unfinished_deliveries():
+            if run_ids is not None and row.run_id not in run_ids:
+                continue
             adapter = self.adapters.get(row.platform)
             if adapter is None:
                 continue
@@ -323,6 +332,8 @@ class Conversations:
         """Start-up, before adapters deliver anything: settle what the previous process
         left in the inbox and hold new messages until `replay_inbox` has handed it on.
         Returns how many messages wait."""
+        if self.replicas is not None:  # other replicas' rows are live: settled per session
+            return 0
         self._backlog = await self.storage.recover_inbox(self.adapters.keys())
         if self._backlog:
             self._replayed.clear()
@@ -345,6 +356,8 @@ class Conversations:
                     await self.storage.discard_inbound(row.id)
         finally:
             self._replayed.set()
+            if self.replicas is not None:  # sessions no live replica holds: taken over here
+                self.replicas.start()
             if self.jobs is not None:  # due jobs fire once the backlog is handed on
                 await self.jobs.resume()  # sends the last process left pending
                 self.jobs.scheduler.adapters_ready()
@@ -366,6 +379,8 @@ class Conversations:
                 await self.storage.discard_inbound(inbox_id)
                 return "rate-limited"
         await self.storage.ensure_session(session_key, route.scope.value, inbound.platform, inbound.chat_id)
+        if self.replicas is not None and not await self.replicas.take(session_key, inbox_id):
+            return None  # queued in the inbox for the replica holding the session's lane
         try:
             # A job falling due is nobody's new message: it never interrupts the user's answer.
             self.lanes.submit(session_key, Pending(inbound, route, inbox_id, job), interrupts=False)
@@ -404,6 +419,13 @@ class Conversations:
         # A run waiting on someone's ask_user answer is never stopped by another's message
         # (the addressee's own reply answered before this point).
         held = self.questions is not None and self.questions.waiting_in(key)
+        if self.replicas is not None and not await self.replicas.take(key, pending.inbox_id):
+            # Another replica runs this session (or already has this message): it answers
+            # from the inbox, in order.
+            notice = queue_modes.BUSY_NOTICE[self.lanes.mode_of(key)]
+            if acknowledge and notice and not self.replicas.known(pending.inbox_id):
+                await self._notify(inbound, notice)
+            return True
         try:
             waiting = self.lanes.submit(key, pending, interrupts=pending.job is None and not held)
         except LanesClosed:
@@ -430,6 +452,13 @@ class Conversations:
             items = now
         if items[-1].job is None:
             items = [*self.deferred.pop(key, []), *await self._album(key, items)]
+        claimed: tuple[str, str | None] | None = None
+        if self.replicas is not None:  # each message once, even if two replicas hold the lane
+            run_id = uuid.uuid4().hex
+            items, claimed_model = await self.replicas.claim(items, run_id, key)
+            if not items:
+                return
+            claimed = (run_id, claimed_model)
         last = items[-1]
         target = ReplyTarget.of(last.inbound)
         adapter = self.adapters[last.inbound.platform]
@@ -460,7 +489,11 @@ class Conversations:
         # Taken before the run appends the user message: after a crash, a row whose run stored
         # that message counts as answered, any other goes back to the queue. The session's
         # /model (even one set while these waited) is read in the same transaction.
-        model = await self.storage.take_inbound_for_run(_inbox_ids(items), request.run_id, key)
+        if claimed is not None:
+            request = dataclasses.replace(request, run_id=claimed[0])
+            model = claimed[1]
+        else:
+            model = await self.storage.take_inbound_for_run(_inbox_ids(items), request.run_id, key)
         request = dataclasses.replace(request, model=model)
         if last.job is None:  # steer mode: later messages join this run at a tool boundary
             request = dataclasses.replace(request, steer=queue_modes.steer_hook(self, key, items, request.run_id))
@@ -551,6 +584,8 @@ class Conversations:
                 await self.storage.finish_inbound(_inbox_ids(items))
             except Exception:
                 log.exception("inbox.finish_failed", extra={"session": key})
+        if self.replicas is not None:
+            self.replicas.done(items)
         asked = " / ".join(p.inbound.text for p in items)
         if cancelled:
             did = "stopped by the user before finishing"
@@ -659,6 +694,8 @@ class Conversations:
         so once."""
         self._closing = True
         self._replayed.set()  # held messages meet the closed lanes and stay queued
+        if self.replicas is not None:  # no new lanes taken; the held ones go with the connection
+            await self.replicas.stop()
         if self.questions is not None:  # runs cut off now keep their questions for the restart
             self.questions.aclose()
         waiting: dict[tuple[str, str, str | None], Inbound] = {}
@@ -669,6 +706,8 @@ class Conversations:
             await self._notify(inbound, KEPT_NOTICE)
         while self._finishing:  # stopped runs' replies closed and outcomes stored, first
             await asyncio.gather(*list(self._finishing), return_exceptions=True)
+        if self.replicas is not None:  # only now may another replica take these sessions
+            await self.replicas.aclose()
         await self.metrics.settle()  # stored before the database closes
 
 

@@ -74,6 +74,12 @@ class Lanes(Generic[T]):
         self._max_queued = max_queued
         self._lanes: dict[str, _Lane[T]] = {}
         self._closed = False
+        # Replicas on one PostgreSQL (bot.lane_claims): items other replicas queued for a
+        # session join its lane before each run (`refill`, merged by `order`), and the lane,
+        # once empty, is let go (`on_idle`). None in a single process.
+        self.refill: Callable[[str], Awaitable[list[T]]] | None = None
+        self.order: Callable[[T], int] | None = None
+        self.on_idle: Callable[[str], Awaitable[None]] | None = None
 
     def submit(self, key: str, item: T, *, interrupts: bool = True) -> int:
         """Queue an item for the session; returns how many items wait before it runs
@@ -156,6 +162,10 @@ class Lanes(Generic[T]):
         if lane.current is not None and not lane.current.done():
             lane.current.cancel()
 
+    def active(self, key: str) -> bool:
+        """The session has a lane here (running or with work queued)."""
+        return key in self._lanes
+
     def is_busy(self, key: str) -> bool:
         lane = self._lanes.get(key)
         return lane is not None and lane.current is not None
@@ -181,8 +191,9 @@ class Lanes(Generic[T]):
         return True
 
     async def _work(self, key: str, lane: _Lane[T]) -> None:
+        idle = False
         try:
-            while lane.queue:
+            while await self._refilled(key, lane):
                 if self.mode_of(key) == "followup":
                     batch = [lane.queue.pop(0)]
                 else:
@@ -206,6 +217,23 @@ class Lanes(Generic[T]):
             lane.worker = None
             if not lane.queue and self._lanes.get(key) is lane:
                 del self._lanes[key]
+                idle = True
+        if idle and self.on_idle is not None and not self._closed:
+            await self.on_idle(key)
+
+    async def _refilled(self, key: str, lane: _Lane[T]) -> bool:
+        """Whether the lane has work, after taking in what other replicas queued for it."""
+        if self.refill is not None and not self._closed:
+            try:
+                more = await self.refill(key)
+            except Exception:  # the database is away: what is here runs, the rest waits there
+                log.warning("lane.refill_failed", extra={"session": key}, exc_info=True)
+                more = []
+            if more:
+                lane.queue.extend(more)
+                if self.order is not None:
+                    lane.queue.sort(key=self.order)
+        return bool(lane.queue)
 
     async def drain(self) -> None:
         """Wait until every lane is idle (used by tests and graceful shutdown)."""

@@ -271,6 +271,8 @@ class Settings(BaseSettings):
     """IANA zone for schedules (ROOST_TIMEZONE); None: the machine's."""
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     dashboard: DashboardSettings = DashboardSettings()
+    health_listen: str | None = None
+    """host:port where `roost run` answers GET /healthz for a load balancer (ROOST_HEALTH_LISTEN)."""
 
     telegram_bot_token: SecretStr | None = Field(
         None, validation_alias=AliasChoices("TELEGRAM_BOT_TOKEN", "telegram_bot_token")

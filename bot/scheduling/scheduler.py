@@ -27,6 +27,7 @@ from adapters.base import Button
 from agent_core.inbound import ReplyTarget
 from bot import heartbeat
 from bot.heartbeat import ActiveHours, HeartbeatSettings
+from bot.leadership import Leadership
 from bot.scheduling.refs import HEARTBEAT, JobRef
 from bot.scheduling.schedules import Schedule, zone
 from bot.scheduling.sends import new_send
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 
 MAX_NAP = 60.0
 """Seconds the loop sleeps at most: a clock change (or a suspended laptop) is noticed soon."""
+SHARED_NAP = 2.0
+"""With replicas, jobs are created and changed on other replicas too (whose `wake` does not
+reach this one): the leader looks at the table this often."""
 Op = Literal["run", "pause", "resume", "cancel"]
 
 
@@ -84,8 +88,12 @@ class Scheduler:
         workspace: Path,
         heartbeat_settings: HeartbeatSettings | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        leader: Leadership | None = None,
     ) -> None:
         self.storage = storage
+        self.leader = leader or Leadership(storage.engine, "scheduler")
+        """Only the replica holding it fires (bot.leadership); on SQLite, always this one."""
+        self.leader.on_change = lambda held: self.wake()
         self.timezone = timezone
         self.owners = list(owners)
         self.workspace = workspace
@@ -112,10 +120,15 @@ class Scheduler:
     async def start(self) -> None:
         """Start the loop; it fires nothing until `adapters_ready` (the inbox backlog the last
         process left goes first, and answers need connected adapters)."""
+        await self.leader.start()  # one attempt at once: a lone replica leads from the start
+        if self.leader.held:
+            await self._settle()
+        self._task = asyncio.create_task(self._loop(), name="scheduler")
+
+    async def _settle(self) -> None:
         settled = await self.storage.settle_jobs()
         if settled:
             log.info("jobs.interrupted_by_restart", extra={"jobs": settled})
-        self._task = asyncio.create_task(self._loop(), name="scheduler")
 
     def adapters_ready(self) -> None:
         if self._beat.every and self._next_beat is None:  # the first beat one period after start
@@ -133,26 +146,37 @@ class Scheduler:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.leader.aclose()
 
     async def _loop(self) -> None:
+        settled_as_leader = self.leader.held  # settled by start
         await self._ready.wait()
         while True:
             self._wake.clear()
-            try:
-                await self.tick()
-            except Exception:  # task boundary: one bad row must not stop every schedule
-                log.exception("scheduler.tick_failed")
-            nap = await self._nap()
+            nap = MAX_NAP
+            if not self.leader.held:
+                settled_as_leader = False  # a follower (another replica fires): wait to be woken
+            else:
+                try:
+                    if not settled_as_leader:
+                        # The jobs the last leader left running were cut off with it.
+                        settled_as_leader = True
+                        await self._settle()
+                    await self.tick()
+                except Exception:  # task boundary: one bad row must not stop every schedule
+                    log.exception("scheduler.tick_failed")
+                nap = await self._nap()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(nap):
                     await self._wake.wait()
 
     async def _nap(self) -> float:
         now = self.clock()
+        longest = SHARED_NAP if self.leader.shared else MAX_NAP
         candidates = [d for d in (await self.storage.next_due_at(), self._next_beat) if d is not None]
         if not candidates:
-            return MAX_NAP
-        return max(0.0, min(MAX_NAP, (min(candidates) - now).total_seconds()))
+            return longest
+        return max(0.0, min(longest, (min(candidates) - now).total_seconds()))
 
     # --- firing ----------------------------------------------------------------------
     async def tick(self) -> int:

@@ -21,7 +21,7 @@ from bot.storage.cursors import CursorRepository
 from bot.storage.delivery import DeliveryRepository
 from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
-from bot.storage.inbox import InboxRepository, set_inbox_state
+from bot.storage.inbox import InboxRepository, claim_statement, set_inbox_state
 from bot.storage.jobs import JobRepository
 from bot.storage.metrics import MetricsRepository
 from bot.storage.migrate import upgrade
@@ -118,6 +118,20 @@ class Storage(
         def body(conn: Connection) -> str | None:
             set_inbox_state(conn, ids, "running", now, run_id=run_id)
             return select_model_override(conn, session_key)
+
+        return await self._transact(body)
+
+    async def claim_inbound_for_run(
+        self, ids: Sequence[int], run_id: str, session_key: str
+    ) -> tuple[list[int], str | None]:
+        """`take_inbound_for_run` for replicas: only the rows no run took yet are taken
+        (returned with the session's model override), so two replicas that both believe they
+        hold a lane answer each message once."""
+        now = self._now()
+
+        def body(conn: Connection) -> tuple[list[int], str | None]:
+            taken = [int(i) for i in conn.execute(claim_statement(ids, run_id, now)).scalars()]
+            return taken, select_model_override(conn, session_key)
 
         return await self._transact(body)
 

@@ -211,6 +211,17 @@ def insert_inbound(conn: Connection, dialect: str, message: InboxMessage, now: d
     return int(conn.execute(_INSERT_INBOX, row).inserted_primary_key[0])
 
 
+def claim_statement(ids: Sequence[int], run_id: str, now: datetime) -> Any:
+    """Take the rows among `ids` that no run took yet, returning their ids."""
+    return (
+        update(InboxModel)
+        .where(InboxModel.id.in_(list(ids)), InboxModel.state.in_(["received", "queued"]))
+        .values(state="running", run_id=run_id, updated_at=now)
+        .returning(InboxModel.id)
+        .execution_options(synchronize_session=False)
+    )
+
+
 class InboxRepository(RepositoryBase):
     async def receive_inbound(self, message: InboxMessage) -> int | None:
         """Store the message (`received`) and mark its update seen, in one transaction, so an
@@ -289,6 +300,57 @@ class InboxRepository(RepositoryBase):
                 .order_by(InboxModel.id)
             )
             return [_row(m) for m in rows]
+
+    # -- replicas on one PostgreSQL (bot.lane_claims): the inbox is the shared queue ---------
+
+    async def queued_inbound(self, session_key: str) -> list[InboxRow]:
+        """The session's messages waiting for a run, oldest first (whichever replica took
+        them in)."""
+        async with self._tx() as s:
+            rows = await s.scalars(
+                select(InboxModel)
+                .where(InboxModel.session_key == session_key, InboxModel.state == "queued")
+                .order_by(InboxModel.id)
+            )
+            return [_row(m) for m in rows]
+
+    async def waiting_sessions(self) -> list[str]:
+        """Sessions with messages queued or running (the latter maybe on a dead replica)."""
+        async with self._tx() as s:
+            keys = await s.scalars(
+                select(InboxModel.session_key)
+                .where(InboxModel.state.in_(["queued", "running"]), InboxModel.session_key.is_not(None))
+                .distinct()
+            )
+            return [k for k in keys if k is not None]
+
+    async def recover_session_inbox(self, session_key: str) -> int:
+        """`recover_inbox` for one session whose lane this replica now holds: its `running`
+        rows belong to a replica that died holding the lane. Returns how many were settled."""
+        now = self._now()
+        async with self._tx() as s:
+            running = list(
+                await s.scalars(
+                    select(InboxModel).where(InboxModel.session_key == session_key, InboxModel.state == "running")
+                )
+            )
+            run_ids = {m.run_id for m in running if m.run_id is not None}
+            started: set[str] = set()
+            if run_ids:
+                started = set(
+                    await s.scalars(
+                        select(MessageModel.run_id)
+                        .where(MessageModel.run_id.in_(run_ids), MessageModel.role == "user")
+                        .distinct()
+                    )
+                )
+            for m in running:
+                if m.run_id in started:
+                    m.state = "done"
+                else:
+                    m.state, m.run_id = "queued", None
+                m.updated_at = now
+            return len(running)
 
     async def _set_state(
         self, ids: Sequence[int], state: InboxState, *, session_key: str | None = None, run_id: str | None = None

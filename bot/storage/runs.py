@@ -212,14 +212,18 @@ class RunRepository(RepositoryBase):
             )
             return [_run_row(m) for m in rows]
 
-    async def mark_interrupted_runs(self) -> list[RunRow]:
-        """Atomically move every `running` run to `interrupted` (finished now) and return
-        exactly those. Call once at start, before the first run; later it would also catch
-        live runs."""
+    async def mark_interrupted_runs(self, session_key: str | None = None) -> list[RunRow]:
+        """Atomically move every `running` run (of `session_key` only, when given) to
+        `interrupted` (finished now) and return exactly those. Call once at start, before the
+        first run — or, with replicas, for a session taken over from a dead replica; later
+        it would also catch live runs."""
+        where = [RunModel.status == "running"]
+        if session_key is not None:
+            where.append(RunModel.session_key == session_key)
         async with self._tx() as s:
             rows = await s.scalars(
                 update(RunModel)
-                .where(RunModel.status == "running")
+                .where(*where)
                 .values(status="interrupted", stop_reason="interrupted", finished_at=self._now())
                 .returning(RunModel)
                 .execution_options(synchronize_session=False)

@@ -1,0 +1,241 @@
+"""Two real `roost run` replicas on one PostgreSQL (webhook mode, each its own port and
+ROOST_HOME): the replica streaming a long answer is killed with -9 while messages wait
+behind it — one of them accepted by the other replica. Within 10 s the survivor marks the
+cut-off reply in place, offers to continue it once, and answers the queue once, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import Reply, Stall, Text, reply_text, user_blocks
+from tests.fakes.telegram_api import FakeTelegram
+from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
+from tests.telegram_harness import OWNER, TOKEN, free_port, tg  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "replica-secret_0123456789"
+SLOW_START = "Let me think about this carefully, it will take a while."
+
+
+def texts_answer(body: dict[str, Any]) -> Reply:
+    texts = [b["text"] for b in user_blocks(body) if isinstance(b, dict) and b.get("type") == "text"]
+    return reply_text("answer to " + " | ".join(texts))
+
+
+def dm(update_id: int, text: str) -> dict[str, Any]:
+    return {"update_id": update_id, "message": {
+        "message_id": update_id, "date": int(time.time()), "text": text,
+        "chat": {"id": OWNER, "type": "private", "first_name": "Olivia"},
+        "from": {"id": OWNER, "is_bot": False, "first_name": "Olivia"},
+    }}  # fmt: skip
+
+
+def replica(tmp_path: Path, name: str, url: str, tg: FakeTelegram, llm: FakeAnthropic) -> tuple[subprocess.Popen[bytes], str, Path]:
+    port = free_port()
+    hook = f"http://127.0.0.1:{port}/tg/hook"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
+    env.update(
+        ROOST_HOME=str(tmp_path / name),
+        ROOST_WORKSPACE=str(tmp_path / "workspace"),
+        ROOST_DATABASE_URL=url,
+        ROOST_OWNERS=f'["telegram:{OWNER}"]',
+        ROOST_AGENT__MODEL="claude-test",
+        ROOST_AGENT__MAX_RETRIES="0",
+        ROOST_TELEGRAM__BASE_URL=tg.base_url,
+        ROOST_TELEGRAM__MODE="webhook",
+        ROOST_TELEGRAM__WEBHOOK_URL=hook,
+        ROOST_TELEGRAM__WEBHOOK_LISTEN=f"127.0.0.1:{port}",
+        ROOST_TELEGRAM__WEBHOOK_SECRET=SECRET,
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        ANTHROPIC_API_KEY="test-key",
+        ANTHROPIC_BASE_URL=llm.base_url,
+    )
+    log = tmp_path / f"{name}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env, stdout=out, stderr=out)
+    return process, hook, log
+
+
+async def logged(log: Path, text: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        await asyncio.sleep(0.05)  # timing-ok: re-check another process's log
+
+
+async def inbox(url: str, expected: list[tuple[str, str]], timeout: float = 20) -> None:
+    conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = [tuple(r) for r in await conn.fetch("SELECT text, state FROM inbox WHERE state != 'done' ORDER BY id")]
+            if rows == expected:
+                return
+            assert time.monotonic() < deadline, f"inbox is {rows}, expected {expected}"
+            await asyncio.sleep(0.05)  # timing-ok: re-check a condition in the database
+    finally:
+        await conn.close()
+
+
+def ended(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        process.send_signal(sig)
+        process.wait(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+async def test_replica_killed_mid_answer_the_other_marks_it_offers_once_and_answers_the_queue_once(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(Reply(Text(SLOW_START, chunk_size=60), Stall(120)))
+    fake_api.responder = texts_answer
+    async with fresh_postgres_database() as url:
+        a, hook_a, log_a = replica(tmp_path, "a", url, tg, fake_api)
+        b, hook_b, log_b = replica(tmp_path, "b", url, tg, fake_api)
+        try:
+            await logged(log_a, "Roost is running")
+            await logged(log_b, "Roost is running")
+            assert await tg.apost_to_webhook(dm(1, "first: what should I buy?"), url=hook_a, secret=SECRET) == 200
+            await tg.await_for(lambda: any(m.text == SLOW_START for m in tg.bot_messages(OWNER)), timeout=30)
+            # One message through the other replica (it cannot take the session: queued in
+            # the inbox), one through the busy one; then A dies with both waiting.
+            assert await tg.apost_to_webhook(dm(2, "second: the milk"), url=hook_b, secret=SECRET) == 200
+            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued")])
+            assert await tg.apost_to_webhook(dm(3, "third: the eggs"), url=hook_a, secret=SECRET) == 200
+            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued"),
+                              ("third: the eggs", "queued")])  # fmt: skip
+            ended(a, signal.SIGKILL)
+            killed = time.monotonic()
+
+            def answered() -> list[str]:
+                return [m.text or "" for m in tg.bot_messages(OWNER) if (m.text or "").startswith("answer to")]
+
+            await tg.await_for(answered, timeout=10)
+            assert time.monotonic() - killed <= 10
+            await tg.await_for(lambda: any(
+                (m.text or "").startswith(SLOW_START) and (m.text or "") != SLOW_START for m in tg.bot_messages(OWNER)
+            ), timeout=10)  # the cut-off reply is marked in place
+            await inbox(url, [])
+            texts = [m.text or "" for m in tg.bot_messages(OWNER)]
+            # One answer for the queue, each queued message once and in order (the cut-off
+            # question precedes them in the transcript, as after a single process's crash).
+            (answer,) = answered()
+            assert answer.endswith("second: the milk | third: the eggs"), texts
+            assert answer.count("second: the milk") == 1 and answer.count("third: the eggs") == 1
+            assert sum("Continue" in t or "continue" in t for t in texts) <= 1, texts
+            assert len(fake_api.requests) == 2  # the cut-off one and one for the queue: nothing twice
+        finally:
+            ended(a, signal.SIGKILL)
+            ended(b, signal.SIGTERM)
+
+
+async def test_rolling_restart_sigterm_hands_the_queue_to_the_other_replica(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(Reply(Text(SLOW_START, chunk_size=60), Stall(120)))
+    fake_api.responder = texts_answer
+    async with fresh_postgres_database() as url:
+        a, hook_a, log_a = replica(tmp_path, "a", url, tg, fake_api)
+        b, hook_b, log_b = replica(tmp_path, "b", url, tg, fake_api)
+        try:
+            await logged(log_a, "Roost is running")
+            await logged(log_b, "Roost is running")
+            assert await tg.apost_to_webhook(dm(1, "first: what should I buy?"), url=hook_a, secret=SECRET) == 200
+            await tg.await_for(lambda: any(m.text == SLOW_START for m in tg.bot_messages(OWNER)), timeout=30)
+            assert await tg.apost_to_webhook(dm(2, "second: the milk"), url=hook_a, secret=SECRET) == 200
+            # Stored before the next is sent (a 200 only says the update was handed over).
+            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued")])
+            assert await tg.apost_to_webhook(dm(3, "third: the eggs"), url=hook_b, secret=SECRET) == 200
+            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued"),
+                              ("third: the eggs", "queued")])  # fmt: skip
+            a.send_signal(signal.SIGTERM)  # a rolling restart: A stops, B carries on
+            assert a.wait(30) == 0
+
+            def answered() -> list[str]:
+                return [m.text or "" for m in tg.bot_messages(OWNER) if (m.text or "").startswith("answer to")]
+
+            await tg.await_for(answered, timeout=15)
+            await inbox(url, [])
+            texts = [m.text or "" for m in tg.bot_messages(OWNER)]
+            assert any(t.startswith(SLOW_START) and "stopped" in t for t in texts), texts  # said, not silent
+            (answer,) = answered()
+            assert answer.endswith("second: the milk | third: the eggs"), texts
+            assert answer.count("second: the milk") == 1 and answer.count("third: the eggs") == 1
+            assert len(fake_api.requests) == 2
+        finally:
+            ended(a, signal.SIGKILL)
+            ended(b, signal.SIGTERM)
+
+
+async def advisory_locks(url: str) -> int:
+    conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
+    try:
+        return int(await conn.fetchval(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND a.datname = $1", make_url(url).database,
+        ))  # fmt: skip
+    finally:
+        await conn.close()
+
+
+async def test_scheduler_leader_killed_two_seconds_before_a_due_time_the_job_fires_once_on_time(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from bot.storage import Storage
+    from bot.storage.jobs import NewJob
+
+    fake_api.responder = lambda body: reply_text("stretch reminder done")
+    async with fresh_postgres_database() as url:
+        a, _, log_a = replica(tmp_path, "a", url, tg, fake_api)
+        b = None
+        try:
+            await logged(log_a, "Roost is running")
+            assert await advisory_locks(url) == 1  # A leads: the only lock is the scheduler's
+            b, _, log_b = replica(tmp_path, "b", url, tg, fake_api)
+            await logged(log_b, "Roost is running")
+            due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
+            storage = await Storage.open(url, migrate=False)
+            try:  # made on a replica that does not lead, as a chat on B would
+                await storage.create_job(NewJob(
+                    id="0ce0ce00", name="stretch", prompt="remind me to stretch", session_key="main",
+                    platform="telegram", chat_kind="private", chat_id=str(OWNER), thread_id=None,
+                    creator=f"telegram:{OWNER}", kind="once", spec=due.isoformat(), timezone="UTC", grace_s=60,
+                    next_run_at=due, created_at=due - timedelta(minutes=1),
+                ))  # fmt: skip
+            finally:
+                await storage.aclose()
+            await asyncio.sleep(max(0.0, due.timestamp() - 2 - time.time()))  # timing-ok: the scenario's "2 s before"
+            ended(a, signal.SIGKILL)
+
+            def fired() -> list[str]:
+                return [m.text or "" for m in tg.bot_messages(OWNER) if "stretch reminder done" in (m.text or "")]
+
+            await tg.await_for(fired, timeout=20)
+            at = time.time()
+            assert abs(at - due.timestamp()) <= 10, f"fired {at - due.timestamp():+.1f} s from its due time"
+            await asyncio.sleep(3)  # timing-ok: a second leader's tick would fire within its 2 s nap
+            assert len(fired()) == 1 and len(fake_api.requests) == 1
+        finally:
+            ended(a, signal.SIGKILL)
+            if b is not None:
+                ended(b, signal.SIGTERM)
