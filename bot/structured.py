@@ -13,6 +13,7 @@ from agent_core.inbound import Inbound
 from agent_core.questions import PREFIX as QUESTION_PREFIX
 from agent_core.questions import Question, answer_result
 from agent_core.transcript import INTERRUPTED_RESULT
+from bot.operations.actor import Actor
 from bot.pending import Pending
 from bot.router import Accept
 from bot.session_keys import origin_of, scope_of
@@ -31,9 +32,8 @@ def answer_text(question: Question, answer: str) -> str:
     return f"(Roost restarted while you waited.) My answer to your question “{question.text}”: {answer}"
 
 
-async def plan_command(c: ChatHost, session_key: str) -> str:
-    plan = await c.storage.latest_plan(session_key)
-    lock = await c.storage.goal_lock(session_key)
+async def plan_command(c: ChatHost, session_key: str, actor: Actor) -> str:
+    plan, lock = await c.operations.plan_state(actor, session_key)
     parts = []
     if lock is not None:
         parts.append(lock.pinned().replace(" (locked; change it only with the plan tool's set_goal and a reason)", ""))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agent_core.approvals import Decision, ResolveResult
 from agent_core.compaction import CompactionRecord
+from agent_core.plans import GoalLock, Plan
 from agent_core.policy import Grant
 from agent_core.ports import ApprovalRecord, AuditEntry
 from bot.operations import grants as grant_texts
@@ -386,6 +387,11 @@ class Operations:
         """One session's jobs, for its members (every session's: `jobs`, owner only)."""
         actor.require(Role.MEMBER, "list this session's scheduled jobs")
         return await self.storage.list_jobs(session_key)
+
+    async def plan_state(self, actor: Actor, session_key: str) -> tuple[Plan | None, GoalLock | None]:
+        """/plan: the session's latest plan and its goal lock."""
+        actor.require(Role.MEMBER, "see this session's plan")
+        return await self.storage.latest_plan(session_key), await self.storage.goal_lock(session_key)
 
     async def _ensure(self, place: SessionPlace) -> None:
         await self.storage.ensure_session(place.session_key, place.scope, place.platform, place.chat_id)
