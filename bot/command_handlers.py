@@ -144,7 +144,7 @@ class CommandHandlers:
             return "I'm in the middle of an answer; /stop it first, then /new."
         actor = chat_actor(inbound.identity, is_owner=route.is_owner)
         await self.operations.new_epoch(actor, _place(inbound, route))
-        await self._c.registry.end_session(self._c, route.session_key)  # goal lock, plan, question
+        await self._c.registry.end_session(self._c, route.session_key, actor)  # goal lock, plan, question
         # "Always allow" was given for the conversation that just ended, not forever.
         cleared = await self.operations.clear_session_grants(actor, route.session_key)
         note = f" {cleared} 'always allow' permission(s) were reset." if cleared else ""

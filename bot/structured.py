@@ -4,7 +4,6 @@ tool_result in the stored transcript, then a run continues from there)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -42,16 +41,10 @@ async def plan_command(c: ChatHost, session_key: str, actor: Actor) -> str:
     return "\n\n".join(parts) if parts else "No plan in this chat yet. Ask me for a multi-step task."
 
 
-async def end_with_session(c: ChatHost, session_key: str) -> None:
+async def end_with_session(c: ChatHost, session_key: str, actor: Actor) -> None:
     """/new: the goal lock, the active plan and a question left pending (e.g. by a restart)
     belong to the conversation that ended."""
-    await c.storage.clear_goal_lock(session_key)
-    plan = await c.storage.active_plan(session_key)
-    if plan is not None:
-        await c.storage.save_plan(dataclasses.replace(plan, state="aborted", outcome="Ended by /new."))
-    question = await c.storage.pending_question(session_key)
-    if question is not None:
-        await c.storage.close_question(question.id, "cancelled", None, None)
+    await c.operations.end_conversation(actor, session_key)
     if c.plans is not None:
         c.plans.forget(session_key)
     if c.log_cutoffs is not None:  # the new conversation holds none of today's log

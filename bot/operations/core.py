@@ -393,6 +393,18 @@ class Operations:
         actor.require(Role.MEMBER, "see this session's plan")
         return await self.storage.latest_plan(session_key), await self.storage.goal_lock(session_key)
 
+    async def end_conversation(self, actor: Actor, session_key: str) -> None:
+        """/new: the goal lock, the active plan and a question left pending (e.g. by a
+        restart) belong to the conversation that ended."""
+        actor.require(Role.MEMBER, "start a fresh session")
+        await self.storage.clear_goal_lock(session_key)
+        plan = await self.storage.active_plan(session_key)
+        if plan is not None:
+            await self.storage.save_plan(dataclasses.replace(plan, state="aborted", outcome="Ended by /new."))
+        question = await self.storage.pending_question(session_key)
+        if question is not None:
+            await self.storage.close_question(question.id, "cancelled", None, None)
+
     async def _ensure(self, place: SessionPlace) -> None:
         await self.storage.ensure_session(place.session_key, place.scope, place.platform, place.chat_id)
 
