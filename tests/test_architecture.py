@@ -177,8 +177,8 @@ def test_bot_has_no_import_cycle() -> None:
 
 # Chat-command modules that are thin callers of bot.operations (issue 18): they read and write
 # the database only through an Operations verb, which checks the actor's role once. Not listed
-# (they still call storage): bot/structured.py (/new's end-of-session cleanup, question
-# answers), bot/queue_modes.py (taking queued messages into a run), bot/conversations.py.
+# (they still call storage): bot/structured.py (answers to a question put before a
+# restart), bot/queue_modes.py (taking queued messages into a run), bot/conversations.py.
 THIN_CHAT_MODULES = ("bot/command_handlers.py", "bot/features.py", "bot/scheduling/chat.py")
 
 
