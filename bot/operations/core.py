@@ -381,7 +381,7 @@ class Operations:
         """Stored only; the caller also tells its lanes (bot.queue_modes)."""
         actor.require(Role.MEMBER, "change this session's queue mode")
         await self._ensure(place)
-        await self.storage.set_queue_mode(place.session_key, mode)  # type: ignore[arg-type]
+        await self.storage.set_queue_mode(place.session_key, mode)
 
     async def session_jobs(self, actor: Actor, session_key: str) -> list[JobRow]:
         """One session's jobs, for its members (every session's: `jobs`, owner only)."""
