@@ -16,10 +16,10 @@ from agent_core.compaction import describe as describe_compaction
 from agent_core.transcript import repair
 from bot.commands import HELP, Command, estimate_cost
 from bot.operations import AuditQuery, Live, Operations, chat_actor
+from bot.operations.core import SessionPlace
 from bot.operations.grants import CHAT_LISTING, listing
 from bot.roles import AccessManager, GroupCommandPolicy, parse_target
 from bot.router import Accept
-from bot.usage_report import usage_text
 
 if TYPE_CHECKING:
     from bot.registry import ChatHost
@@ -59,7 +59,7 @@ class CommandHandlers:
     ) -> None:
         """An access decision about this message's sender, for the audit trail."""
         where = f"{inbound.platform} {inbound.chat_kind} {inbound.chat_id}"
-        await self._c.storage.audit(
+        await self.operations.record(
             AuditEntry(
                 kind=kind,
                 actor=inbound.identity,
@@ -129,7 +129,8 @@ class CommandHandlers:
         """The owner in a private chat sees every session; anyone else this session only."""
         everything = route.is_owner and inbound.chat_kind == "private"
         now = self._c.metrics.now().astimezone()
-        return await usage_text(self._c.storage, now, session_key=None if everything else route.session_key)
+        actor = chat_actor(inbound.identity, is_owner=route.is_owner)
+        return await self.operations.usage_text(actor, now, session_key=None if everything else route.session_key)
 
     async def _cmd_start(self, command: Command, inbound: Inbound, route: Accept) -> str:
         who = "This is your private main session." if route.is_owner else "This is an isolated session."
@@ -141,11 +142,11 @@ class CommandHandlers:
     async def _cmd_new(self, command: Command, inbound: Inbound, route: Accept) -> str:
         if self._c.lanes.is_busy(route.session_key):
             return "I'm in the middle of an answer; /stop it first, then /new."
-        await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
-        await self._c.storage.new_epoch(route.session_key)
-        await self._c.registry.end_session(self._c, route.session_key)  # goal lock, plan, question
+        actor = chat_actor(inbound.identity, is_owner=route.is_owner)
+        await self.operations.new_epoch(actor, _place(inbound, route))
+        await self._c.registry.end_session(self._c, route.session_key, actor)  # goal lock, plan, question
         # "Always allow" was given for the conversation that just ended, not forever.
-        cleared = await self._c.storage.clear_grants(route.session_key)
+        cleared = await self.operations.clear_session_grants(actor, route.session_key)
         note = f" {cleared} 'always allow' permission(s) were reset." if cleared else ""
         return f"Started a fresh session: I won't see the earlier messages of this chat.{note}"
 
@@ -155,12 +156,12 @@ class CommandHandlers:
         return "Nothing is running."
 
     async def _cmd_status(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        storage = self._c.storage
-        session = await storage.get_session(route.session_key)
-        model = (session.model_override if session else None) or self._c.models[0]
-        totals = await storage.usage_for_session(route.session_key)
+        actor = chat_actor(inbound.identity, is_owner=route.is_owner)
+        status = await self.operations.session_status(actor, route.session_key)
+        model = status.model_override or self._c.models[0]
+        totals = status.totals
         usage = totals.usage
-        transcript = repair(await storage.load_transcript(route.session_key))
+        transcript = repair(status.transcript)
         context_tokens = sum(len(str(m["content"])) for m in transcript) // 4
         cost = estimate_cost(
             model, usage.input_tokens, usage.output_tokens, usage.cache_read_input_tokens,
@@ -174,11 +175,9 @@ class CommandHandlers:
             f"{usage.cache_read_input_tokens:,} read from cache, {usage.cache_creation_input_tokens:,} written to cache",
             f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown (no prices with a source configured for this model)",
             f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
-            *describe_compaction(
-                *await storage.compaction_state(route.session_key), await storage.load_transcript(route.session_key)
-            ),
+            *describe_compaction(*status.compaction, status.transcript),
             "Busy: yes" if self._c.lanes.is_busy(route.session_key) else "Busy: no",
-            f"'Always allow' rules: {await storage.count_grants(route.session_key)}",
+            f"'Always allow' rules: {status.grants}",
         ]
         queued = self._c.lanes.queued(route.session_key)
         if queued:
@@ -197,13 +196,13 @@ class CommandHandlers:
         """`/voice on|off`: answers to voice notes also come back as voice notes."""
         arg = command.args.strip().lower()
         key = route.session_key
+        actor = chat_actor(inbound.identity, is_owner=route.is_owner)
         if arg not in ("on", "off"):
-            state = "on" if await self._c.storage.voice_replies(key) else "off"
+            state = "on" if await self.operations.voice_replies(actor, key) else "off"
             return f"Voice replies here: {state}. /voice on — I answer voice notes with a voice note too; /voice off — text only."
         if arg == "on" and self._c.speech is None:
             return "Voice replies need a text-to-speech service: set ROOST_TTS__BASE_URL (any OpenAI-compatible /v1/audio/speech)."
-        await self._c.storage.ensure_session(key, route.scope.value, inbound.platform, inbound.chat_id)
-        await self._c.storage.set_voice_replies(key, arg == "on")
+        await self.operations.set_voice_replies(actor, _place(inbound, route), arg == "on")
         return ("Voice replies on: I'll answer your voice notes with a voice note as well as text."
                 if arg == "on" else "Voice replies off: text only.")
 
@@ -225,8 +224,8 @@ class CommandHandlers:
 
     async def _cmd_model(self, command: Command, inbound: Inbound, route: Accept) -> str:
         models = self._c.models
-        session = await self._c.storage.get_session(route.session_key)
-        current = (session.model_override if session else None) or models[0]
+        actor = chat_actor(inbound.identity, is_owner=route.is_owner)
+        current = await self.operations.session_model(actor, route.session_key) or models[0]
         if not command.args:
             listing = "\n".join(f"{'• ' if m == current else '  '}{m}" for m in models)
             offered = await self._offered_models()
@@ -234,8 +233,7 @@ class CommandHandlers:
         wanted = command.args.strip()
         if wanted not in models:
             return f"{wanted!r} is not configured. Choose one of: {', '.join(models)}."
-        await self._c.storage.ensure_session(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
-        await self._c.storage.set_model(route.session_key, None if wanted == models[0] else wanted)
+        await self.operations.set_session_model(actor, _place(inbound, route), None if wanted == models[0] else wanted)
         return f"Model for this session: {wanted}."
 
     async def _offered_models(self) -> str:
@@ -268,12 +266,9 @@ class CommandHandlers:
         if not self._c.router.is_owner_identity(identity):
             return "Only the owner can approve pairing codes."
         code = code.strip().upper()
-        paired = await self._c.storage.approve_pairing(platform, code)
+        paired = await self.operations.approve_pairing(chat_actor(identity, is_owner=True), platform, code)
         if paired is None:
             return f"No pending pairing code {code!r} on {platform} (wrong, expired or already used)."
-        await self._c.storage.audit(
-            AuditEntry(kind="pairing", actor=identity, subject=f"{platform}:{paired.user_id}", decision="approved")
-        )
         await self._notify_user(platform, paired.user_id, "You're paired — send me a message any time.")
         return f"Paired {paired.user_name or paired.user_id} on {platform}."
 
@@ -288,7 +283,7 @@ class CommandHandlers:
             reply = "Only my owner can change where I answer."
             await self.audit_access(inbound, f"/{command.name} {group}", "denied", kind="command")
         elif command.name == "allow":
-            await self._c.storage.allow_group(inbound.platform, inbound.chat_id)
+            await self.operations.allow_group_here(chat_actor(inbound.identity, is_owner=True), inbound.platform, inbound.chat_id)
             reply = "I'll answer in this group when mentioned."
             await self.audit_access(inbound, group, "allowed")
         elif self._c.router.statically_allowed(inbound):
@@ -297,7 +292,7 @@ class CommandHandlers:
                 "remove it there to stop me answering."
             )
         else:
-            await self._c.storage.disallow_group(inbound.platform, inbound.chat_id)
+            await self.operations.disallow_group_here(chat_actor(inbound.identity, is_owner=True), inbound.platform, inbound.chat_id)
             reply = "I won't answer in this group any more."
             await self.audit_access(inbound, group, "revoked")
         if adapter is not None:
@@ -331,4 +326,5 @@ class CommandHandlers:
             log.warning("notify.failed", extra={"platform": platform}, exc_info=True)
 
 
-
+def _place(inbound: Inbound, route: Accept) -> SessionPlace:
+    return SessionPlace(route.session_key, route.scope.value, inbound.platform, inbound.chat_id)

@@ -7,6 +7,7 @@ from agent_core.inbound import Inbound
 from bot import queue_modes, resume, structured
 from bot.commands import Command
 from bot.registry import ChatHost, Registry
+from bot.operations.actor import chat_actor
 from bot.router import Accept
 from bot.scheduling import chat as job_chat
 
@@ -16,7 +17,8 @@ async def _jobs(c: ChatHost, command: Command, inbound: Inbound, route: Accept) 
 
 
 async def _plan(c: ChatHost, command: Command, inbound: Inbound, route: Accept) -> str:
-    return await structured.plan_command(c, route.session_key)
+    actor = chat_actor(inbound.identity, is_owner=route.is_owner)
+    return await structured.plan_command(c, route.session_key, actor)
 
 
 def chat_registry() -> Registry:

@@ -12,6 +12,8 @@ from agent_core.prompt import ADDRESSED_SOURCE, frame_untrusted
 from agent_core.risk import Scope
 from bot.commands import Command
 from bot.lanes import QUEUE_MODES, QueueMode
+from bot.operations.actor import chat_actor
+from bot.operations.core import SessionPlace
 from bot.router import Accept
 
 if TYPE_CHECKING:
@@ -48,8 +50,8 @@ async def queue_command(c: ChatHost, command: Command, inbound: Inbound, route: 
     if arg not in (*QUEUE_MODES, "default"):
         return f"Unknown mode {arg!r}. Modes: {', '.join(QUEUE_MODES)} (or default)."
     mode: QueueMode | None = None if arg == "default" else arg  # type: ignore[assignment]
-    await c.storage.ensure_session(key, route.scope.value, inbound.platform, inbound.chat_id)
-    await c.storage.set_queue_mode(key, mode)
+    place = SessionPlace(key, route.scope.value, inbound.platform, inbound.chat_id)
+    await c.operations.set_queue_mode(chat_actor(inbound.identity, is_owner=route.is_owner), place, mode)
     c.lanes.set_mode(key, mode)
     now = c.lanes.mode_of(key)
     return f"Queue mode: {now} — {DESCRIPTIONS[now]}."

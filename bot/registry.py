@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from agent_core.questions import QuestionDesk
     from bot.commands import Command
     from bot.lanes import Lanes
-    from bot.operations import Operations
+    from bot.operations import Actor, Operations
     from bot.pending import Pending
     from bot.roles import AccessManager, IsAdmin
     from bot.router import Accept, Router
@@ -73,7 +73,8 @@ CommandFn = Callable[["ChatHost", "Command", "Inbound", "Accept"], Awaitable[str
 """A chat command: its answer, as plain text for the adapter to send."""
 PressFn = Callable[["ChatHost", str, str], Awaitable[ButtonAnswer]]
 """A button press: (host, action, presser's identity) → what the presser is told."""
-SessionHook = Callable[["ChatHost", str], Awaitable[None]]
+SessionHook = Callable[["ChatHost", str, "Actor"], Awaitable[None]]
+"""(host, session key, who sent /new)."""
 
 
 @dataclass
@@ -104,6 +105,6 @@ class Registry:
         log.info("button.unknown", extra={"action": action[:64]})
         return ButtonAnswer(STALE, done=False)
 
-    async def end_session(self, host: ChatHost, session_key: str) -> None:
+    async def end_session(self, host: ChatHost, session_key: str, actor: Actor) -> None:
         for hook in self.session_ended:
-            await hook(host, session_key)
+            await hook(host, session_key, actor)

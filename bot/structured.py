@@ -4,7 +4,6 @@ tool_result in the stored transcript, then a run continues from there)."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ from agent_core.inbound import Inbound
 from agent_core.questions import PREFIX as QUESTION_PREFIX
 from agent_core.questions import Question, answer_result
 from agent_core.transcript import INTERRUPTED_RESULT
+from bot.operations.actor import Actor
 from bot.pending import Pending
 from bot.router import Accept
 from bot.session_keys import origin_of, scope_of
@@ -31,9 +31,8 @@ def answer_text(question: Question, answer: str) -> str:
     return f"(Roost restarted while you waited.) My answer to your question “{question.text}”: {answer}"
 
 
-async def plan_command(c: ChatHost, session_key: str) -> str:
-    plan = await c.storage.latest_plan(session_key)
-    lock = await c.storage.goal_lock(session_key)
+async def plan_command(c: ChatHost, session_key: str, actor: Actor) -> str:
+    plan, lock = await c.operations.plan_state(actor, session_key)
     parts = []
     if lock is not None:
         parts.append(lock.pinned().replace(" (locked; change it only with the plan tool's set_goal and a reason)", ""))
@@ -42,16 +41,10 @@ async def plan_command(c: ChatHost, session_key: str) -> str:
     return "\n\n".join(parts) if parts else "No plan in this chat yet. Ask me for a multi-step task."
 
 
-async def end_with_session(c: ChatHost, session_key: str) -> None:
+async def end_with_session(c: ChatHost, session_key: str, actor: Actor) -> None:
     """/new: the goal lock, the active plan and a question left pending (e.g. by a restart)
     belong to the conversation that ended."""
-    await c.storage.clear_goal_lock(session_key)
-    plan = await c.storage.active_plan(session_key)
-    if plan is not None:
-        await c.storage.save_plan(dataclasses.replace(plan, state="aborted", outcome="Ended by /new."))
-    question = await c.storage.pending_question(session_key)
-    if question is not None:
-        await c.storage.close_question(question.id, "cancelled", None, None)
+    await c.operations.end_conversation(actor, session_key)
     if c.plans is not None:
         c.plans.forget(session_key)
     if c.log_cutoffs is not None:  # the new conversation holds none of today's log

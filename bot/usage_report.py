@@ -55,13 +55,25 @@ async def usage_text(storage: Storage, now: datetime, *, session_key: str | None
     """Today and this week; with `session_key` only that session, else every session and
     the total (what the owner sees)."""
     windows = Windows.at(now)
+    if session_key is None:
+        every = {}
+        for label, since in (("Today", windows.today), ("This week", windows.week)):
+            every[label] = (await storage.metrics_totals(since), await storage.metrics_by_session(since))
+        return windows_text(every)
     parts: list[str] = []
     for label, since in (("Today", windows.today), ("This week", windows.week)):
-        if session_key is not None:
-            parts.append(f"{label} ({session_key}): {line(await storage.metrics_totals(since, session_key=session_key))}")
-            continue
-        parts.append(f"{label}, total: {line(await storage.metrics_totals(since))}")
-        for key, totals in (await storage.metrics_by_session(since)).items():
+        parts.append(f"{label} ({session_key}): {line(await storage.metrics_totals(since, session_key=session_key))}")
+    parts.append(COST_NOTE)
+    return "\n".join(parts)
+
+
+def windows_text(windows: dict[str, tuple[MetricsTotals, dict[str, MetricsTotals]]]) -> str:
+    """Every session and the total per window, as `Operations.usage_windows` gives them (the
+    dashboard's figures), so /usage and the dashboard print the same numbers."""
+    parts: list[str] = []
+    for label, (total, by_session) in windows.items():
+        parts.append(f"{label}, total: {line(total)}")
+        for key, totals in by_session.items():
             parts.append(f"  {key}: {line(totals)}")
     parts.append(COST_NOTE)
     return "\n".join(parts)

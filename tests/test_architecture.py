@@ -173,3 +173,33 @@ def test_bot_has_no_import_cycle() -> None:
     commands and the operations layer import only modules below them."""
     cycles = import_cycles(bot_import_graph())
     assert not cycles, "import cycles in bot/:\n" + "\n".join(" ↔ ".join(c) for c in cycles)
+
+
+# Chat-command modules that are thin callers of bot.operations (issue 18): they read and write
+# the database only through an Operations verb, which checks the actor's role once. Not listed
+# (they still call storage): bot/structured.py (answers to a question put before a
+# restart), bot/queue_modes.py (taking queued messages into a run), bot/conversations.py.
+THIN_CHAT_MODULES = ("bot/command_handlers.py", "bot/features.py", "bot/scheduling/chat.py")
+
+
+def storage_uses(path: Path) -> list[str]:
+    """Each `<x>.storage.<y>` and each `.storage` read outside `__init__` (where the
+    Operations object is built from the host's storage), as `line: source`."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    wiring: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            wiring.update(id(n) for n in ast.walk(node))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        through = isinstance(node.value, ast.Attribute) and node.value.attr == "storage"
+        if through or (node.attr == "storage" and id(node) not in wiring):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+@pytest.mark.parametrize("module", THIN_CHAT_MODULES)
+def test_chat_commands_reach_storage_only_through_operations(module: str) -> None:
+    assert storage_uses(ROOT / module) == [], f"{module} touches storage directly; add an Operations verb"

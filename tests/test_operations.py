@@ -83,3 +83,28 @@ def test_a_csv_export_keeps_a_formula_as_text() -> None:
     row = AuditRow(1, datetime(2026, 1, 1, tzinfo=UTC), "tool", "telegram:1", "main", "exec", "=HYPERLINK(x)",
                    "allowed", None, None, None, None)
     assert "'=HYPERLINK(x)" in export_rows([row], "csv")
+
+
+MEMBER = Actor("telegram:5", Role.MEMBER, "chat")
+STRANGER = Actor("telegram:6", Role.STRANGER, "chat")
+
+
+async def test_a_group_member_lists_only_their_sessions_jobs_and_never_every_job(storage: Storage) -> None:
+    from datetime import timedelta
+
+    from bot.storage.jobs import NewJob
+
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    for job_id, key in (("aa11aa11", "group:telegram:-100"), ("bb22bb22", "main")):
+        await storage.create_job(NewJob(
+            id=job_id, name=job_id, prompt="check", session_key=key, platform="telegram", chat_kind="group",
+            chat_id="-100", thread_id=None, creator="telegram:1", kind="interval", spec="3600", timezone="UTC",
+            grace_s=1800, next_run_at=now + timedelta(hours=1), created_at=now,
+        ))  # fmt: skip
+    ops = Operations(storage, owners=["telegram:1"])
+    assert [j.id for j in await ops.session_jobs(MEMBER, "group:telegram:-100")] == ["aa11aa11"]
+    for call in (ops.jobs(MEMBER), ops.session_jobs(STRANGER, "group:telegram:-100"),
+                 ops.usage_text(MEMBER, now, session_key=None)):  # fmt: skip
+        with pytest.raises(Forbidden):
+            await call
+    assert {j.id for j in await ops.jobs(OWNER)} == {"aa11aa11", "bb22bb22"}

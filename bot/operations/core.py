@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_core.approvals import Decision, ResolveResult
+from agent_core.compaction import CompactionRecord
+from agent_core.plans import GoalLock, Plan
 from agent_core.policy import Grant
 from agent_core.ports import ApprovalRecord, AuditEntry
 from bot.operations import grants as grant_texts
@@ -27,7 +29,7 @@ from bot.storage.audit import AuditRow
 from bot.storage.browse import RunTimeline, SessionSummary
 from bot.storage.jobs import JobRow
 from bot.storage.metrics import MetricsTotals
-from bot.storage.records import PairedUser, PairingRequest, RunRow
+from bot.storage.records import PairedUser, PairingRequest, RunRow, SessionUsage
 
 if TYPE_CHECKING:
     from agent_core.approvals import ApprovalGate
@@ -117,6 +119,27 @@ class PolicyView:
     policy: dict[str, Any]
     limits: dict[str, Any]
     settings: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPlace:
+    """A chat session and where it lives, to create its row on first write."""
+
+    session_key: str
+    scope: str
+    platform: str
+    chat_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatus:
+    model_override: str | None
+    totals: SessionUsage
+    transcript: list[dict[str, Any]]
+    """The current epoch's messages as stored (not repaired)."""
+    compaction: tuple[CompactionRecord | None, CompactionRecord | None]
+    """`Storage.compaction_state`: passed to agent_core.compaction.describe as is."""
+    grants: int
 
 
 @dataclass
@@ -252,10 +275,13 @@ class Operations:
 
     # -- usage, runs, sessions -------------------------------------------------------
     async def usage_text(self, actor: Actor, now: datetime, *, session_key: str | None) -> str:
-        if session_key is None:
-            actor.require(Role.OWNER, "see every session's usage")
-        from bot.usage_report import usage_text
+        """/usage and `roost usage`: every session from `usage_windows` (the dashboard's
+        figures), or one session, which its members may see."""
+        from bot.usage_report import usage_text, windows_text
 
+        if session_key is None:
+            return windows_text(await self.usage_windows(actor, now))
+        actor.require(Role.MEMBER, "see this session's usage")
         return await usage_text(self.storage, now, session_key=session_key)
 
     async def usage_windows(self, actor: Actor, now: datetime) -> dict[str, tuple[MetricsTotals, dict[str, MetricsTotals]]]:
@@ -303,6 +329,99 @@ class Operations:
         running = await self.storage.runs_left_running()
         waiting = await self.storage.inbox_rows({"received", "queued"})
         return len(running), len(waiting)
+
+    # -- one chat session, for its members --------------------------------------------
+    # The chat checked the route (who may write in this session) before calling; these verbs
+    # act on that one session only, so any member may use them.
+    async def session_status(self, actor: Actor, session_key: str) -> SessionStatus:
+        """What /status shows about a session, read from storage."""
+        actor.require(Role.MEMBER, "see this session's status")
+        session = await self.storage.get_session(session_key)
+        transcript = await self.storage.load_transcript(session_key)
+        return SessionStatus(
+            model_override=session.model_override if session else None,
+            totals=await self.storage.usage_for_session(session_key),
+            transcript=transcript,
+            compaction=await self.storage.compaction_state(session_key),
+            grants=await self.storage.count_grants(session_key),
+        )
+
+    async def session_model(self, actor: Actor, session_key: str) -> str | None:
+        """The session's model override (None: the first configured model)."""
+        actor.require(Role.MEMBER, "see this session's model")
+        session = await self.storage.get_session(session_key)
+        return session.model_override if session else None
+
+    async def set_session_model(self, actor: Actor, place: SessionPlace, model: str | None) -> None:
+        actor.require(Role.MEMBER, "choose this session's model")
+        await self._ensure(place)
+        await self.storage.set_model(place.session_key, model)
+
+    async def new_epoch(self, actor: Actor, place: SessionPlace) -> None:
+        """/new: the session's next run sees none of the earlier messages."""
+        actor.require(Role.MEMBER, "start a fresh session")
+        await self._ensure(place)
+        await self.storage.new_epoch(place.session_key)
+
+    async def clear_session_grants(self, actor: Actor, session_key: str) -> int:
+        """/new: 'always allow' was given for the conversation that ended, not forever."""
+        actor.require(Role.MEMBER, "reset this session's 'always allow' rules")
+        return await self.storage.clear_grants(session_key)
+
+    async def voice_replies(self, actor: Actor, session_key: str) -> bool:
+        actor.require(Role.MEMBER, "see this session's voice setting")
+        return await self.storage.voice_replies(session_key)
+
+    async def set_voice_replies(self, actor: Actor, place: SessionPlace, on: bool) -> None:
+        actor.require(Role.MEMBER, "change this session's voice setting")
+        await self._ensure(place)
+        await self.storage.set_voice_replies(place.session_key, on)
+
+    async def set_queue_mode(self, actor: Actor, place: SessionPlace, mode: str | None) -> None:
+        """Stored only; the caller also tells its lanes (bot.queue_modes)."""
+        actor.require(Role.MEMBER, "change this session's queue mode")
+        await self._ensure(place)
+        await self.storage.set_queue_mode(place.session_key, mode)
+
+    async def session_jobs(self, actor: Actor, session_key: str) -> list[JobRow]:
+        """One session's jobs, for its members (every session's: `jobs`, owner only)."""
+        actor.require(Role.MEMBER, "list this session's scheduled jobs")
+        return await self.storage.list_jobs(session_key)
+
+    async def plan_state(self, actor: Actor, session_key: str) -> tuple[Plan | None, GoalLock | None]:
+        """/plan: the session's latest plan and its goal lock."""
+        actor.require(Role.MEMBER, "see this session's plan")
+        return await self.storage.latest_plan(session_key), await self.storage.goal_lock(session_key)
+
+    async def end_conversation(self, actor: Actor, session_key: str) -> None:
+        """/new: the goal lock, the active plan and a question left pending (e.g. by a
+        restart) belong to the conversation that ended."""
+        actor.require(Role.MEMBER, "start a fresh session")
+        await self.storage.clear_goal_lock(session_key)
+        plan = await self.storage.active_plan(session_key)
+        if plan is not None:
+            await self.storage.save_plan(dataclasses.replace(plan, state="aborted", outcome="Ended by /new."))
+        question = await self.storage.pending_question(session_key)
+        if question is not None:
+            await self.storage.close_question(question.id, "cancelled", None, None)
+
+    async def _ensure(self, place: SessionPlace) -> None:
+        await self.storage.ensure_session(place.session_key, place.scope, place.platform, place.chat_id)
+
+    # -- groups allowed from inside the group ----------------------------------------
+    async def allow_group_here(self, actor: Actor, platform: str, chat_id: str) -> None:
+        """The owner's /allow in a group (the chat audits it, as before)."""
+        actor.require(Role.OWNER, "change where I answer")
+        await self.storage.allow_group(platform, chat_id)
+
+    async def disallow_group_here(self, actor: Actor, platform: str, chat_id: str) -> None:
+        actor.require(Role.OWNER, "change where I answer")
+        await self.storage.disallow_group(platform, chat_id)
+
+    async def record(self, entry: AuditEntry) -> None:
+        """Write what happened to the audit trail. Not a verb anyone is allowed or refused:
+        the trail records strangers' denied attempts too."""
+        await self.storage.audit(entry)
 
     # -- views of the running process ------------------------------------------------
     def breakers(self, actor: Actor) -> list[BreakerView]:

@@ -40,7 +40,11 @@ async def jobs_command(c: ChatHost, inbound: Inbound, route: Accept) -> str:
     if c.jobs is None:
         return "Scheduled jobs are not running in this process."
     everything = route.is_owner and inbound.chat_kind == "private"
-    jobs = await c.storage.list_jobs(None if everything else route.session_key)
+    actor = chat_actor(inbound.identity, is_owner=route.is_owner)
+    if everything:
+        jobs = await c.operations.jobs(actor)
+    else:  # the session's members may list its jobs; only an owner's press changes one
+        jobs = await c.operations.session_jobs(actor, route.session_key)
     if not jobs:
         return "No scheduled jobs here. Ask me, e.g. “remind me in 20 minutes to stretch”."
     adapter = c.adapters[inbound.platform]
