@@ -30,6 +30,7 @@ from agent_core.text import clean_text
 from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
 from bot import queue_modes, resume
+from bot.operations import chat_actor
 from bot.pending import Pending
 from bot.registry import Registry
 from bot.lanes import LaneFull, Lanes, LanesClosed
@@ -258,7 +259,7 @@ class Conversations:
         return False
 
     async def decide(self, approval_id: str, decision: Decision, identity: str) -> ResolveResult:
-        return await self.gate.resolve(approval_id, decision, identity)
+        return await self.operations.press(chat_actor(identity, is_owner=False), approval_id, decision)
 
     async def approve_pairing(self, platform: str, code: str, identity: str) -> str:
         return await self.commands.approve_pairing(platform, code, identity)

@@ -196,6 +196,14 @@ class Operations:
         via = None if actor.via == "chat" else actor.via
         return await self.live.gate.resolve(approval_id, decision, actor.identity, via=via)
 
+    async def press(self, actor: Actor, approval_id: str, decision: Decision) -> ResolveResult:
+        """A chat card's button: the same path as `decide`, but who may press is the gate's
+        own check (owners and configured approvers), whose refusal the card answers with
+        "not yours" (audited) instead of an error."""
+        if self.live.gate is None:
+            raise RuntimeError("approvals are decided in the running `roost run` process")
+        return await self.live.gate.resolve(approval_id, decision, actor.identity)
+
     # -- grants ----------------------------------------------------------------------
     async def grants(self, actor: Actor, session_key: str | None = None) -> list[Grant]:
         actor.require(Role.OWNER, "list 'always allow' rules")
