@@ -96,10 +96,19 @@ async def test_a_failed_audit_write_never_raises_and_is_logged(storage: Storage,
     assert getattr(record, "kind", None) == "access"
 
 
-async def test_a_cancelled_audit_write_is_cancelled_not_swallowed(storage: Storage) -> None:
+async def test_a_cancelled_audit_write_is_cancelled_not_swallowed(tmp_path) -> None:  # noqa: ANN001
+    # On SQLite only: there writes queue on one lock, so a write can be held where a cancel
+    # reaches it (PostgreSQL transactions do not queue on a lock of Roost's).
+    storage = await Storage.open(f"sqlite+aiosqlite:///{tmp_path / 'roost.db'}")
+    try:
+        await _cancelled_write(storage)
+    finally:
+        await storage.aclose()
+
+
+async def _cancelled_write(storage: Storage) -> None:
     serial = storage._serial  # noqa: SLF001  (held, so the write waits where a cancel can reach it)
-    if serial is None:
-        pytest.skip("PostgreSQL transactions do not queue on a lock")
+    assert serial is not None
     async with serial:
         write = asyncio.create_task(storage.audit(AuditEntry(kind="access", actor="telegram:1")))
         await asyncio.sleep(0)  # timing-ok: one loop turn, so the write reaches the lock
