@@ -175,7 +175,8 @@ def service_states(mcp: McpManager, settings: Settings) -> list[ServiceState]:
         for s in mcp.states()
     ]  # fmt: skip
     stt = settings.stt.active
-    out.append(ServiceState("speech to text", "voice notes", stt, settings.stt.model if stt != "off" else ""))
+    stt_detail = {"openai": settings.stt.model, "local": "PocketSphinx, en-US, on this machine"}.get(stt, "")
+    out.append(ServiceState("speech to text", "voice notes", stt, stt_detail))
     tts = "openai" if settings.tts.base_url else "off"
     out.append(ServiceState("text to speech", "/voice replies", tts, settings.tts.model if tts != "off" else ""))
     return out

@@ -255,4 +255,8 @@ async def test_the_overview_shows_mcp_and_voice_states_and_an_unpriced_cost_as_u
             page = (await client.get("/")).text
     assert "notes" in page and "MCP server (stdio)" in page and "disabled" in page
     assert "speech to text" in page and "text to speech" in page
+    from bot.settings import local_stt_installed
+
+    if local_stt_installed():  # the local engine is named as itself, not by a service's model
+        assert "PocketSphinx" in page and "whisper-1" not in page
     assert "cost unknown" in page and "$0.0000" not in page
