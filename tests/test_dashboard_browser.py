@@ -41,17 +41,16 @@ async def open_page(driver: Any, url: str) -> None:
 
 
 async def wait_in_browser(driver: Any, predicate: Callable[[Any], Any], timeout: float = 10.0) -> Any:
-    def poll() -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = predicate(driver)
-            if found:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError("the page never showed it")
-            time.sleep(0.02)
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
 
-    return await in_browser(poll)
+    def until() -> Any:  # Selenium's own wait: it polls the page until the predicate holds
+        try:
+            return WebDriverWait(driver, timeout, poll_frequency=0.02).until(predicate)
+        except TimeoutException:
+            raise AssertionError("the page never showed it") from None
+
+    return await in_browser(until)
 
 
 async def login(driver: Any, d: Any) -> None:
@@ -187,12 +186,14 @@ async def test_a_run_with_two_tool_calls_shows_both_with_secrets_redacted(
 
 
 async def _metrics_written(h: Any, runs: int) -> None:
-    """A run's metrics are written just after its reply: wait for them (on the store)."""
+    """A run's metrics are written just after its reply: wait for the runs, then for their
+    metrics' writes (`Metrics.settle`), and check they are stored."""
     from datetime import UTC, datetime, timedelta
 
     async with asyncio.timeout(10):
-        while (await h.app.storage.metrics_totals(datetime.now(UTC) - timedelta(days=1))).runs < runs:
-            await asyncio.sleep(0.02)
+        await h.app.conversations.lanes.drain()
+        await h.app.conversations.metrics.settle()
+    assert (await h.app.storage.metrics_totals(datetime.now(UTC) - timedelta(days=1))).runs >= runs
 
 
 def _usage_numbers(text: str) -> dict[str, int]:

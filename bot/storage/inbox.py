@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from sqlalchemy import bindparam, delete, insert, or_, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agent_core.inbound import Attachment, Inbound
 from bot.storage.base import RepositoryBase, dialect_insert, rowcount
@@ -267,22 +268,7 @@ class InboxRepository(RepositoryBase):
         now = self._now()
         async with self._tx() as s:
             running = list(await s.scalars(select(InboxModel).where(InboxModel.state == "running")))
-            run_ids = {m.run_id for m in running if m.run_id is not None}
-            started: set[str] = set()
-            if run_ids:
-                started = set(
-                    await s.scalars(
-                        select(MessageModel.run_id)
-                        .where(MessageModel.run_id.in_(run_ids), MessageModel.role == "user")
-                        .distinct()
-                    )
-                )
-            for m in running:
-                if m.run_id in started:
-                    m.state = "done"
-                else:
-                    m.state, m.run_id = "queued", None
-                m.updated_at = now
+            await _settle_running(s, running, now)
             await s.flush()
             await s.execute(
                 delete(InboxModel)
@@ -334,22 +320,7 @@ class InboxRepository(RepositoryBase):
                     select(InboxModel).where(InboxModel.session_key == session_key, InboxModel.state == "running")
                 )
             )
-            run_ids = {m.run_id for m in running if m.run_id is not None}
-            started: set[str] = set()
-            if run_ids:
-                started = set(
-                    await s.scalars(
-                        select(MessageModel.run_id)
-                        .where(MessageModel.run_id.in_(run_ids), MessageModel.role == "user")
-                        .distinct()
-                    )
-                )
-            for m in running:
-                if m.run_id in started:
-                    m.state = "done"
-                else:
-                    m.state, m.run_id = "queued", None
-                m.updated_at = now
+            await _settle_running(s, running, now)
             return len(running)
 
     async def _set_state(
@@ -361,3 +332,23 @@ class InboxRepository(RepositoryBase):
         await self._transact(
             lambda conn: set_inbox_state(conn, ids, state, now, session_key=session_key, run_id=run_id)
         )
+
+
+async def _settle_running(s: AsyncSession, running: list[InboxModel], now: datetime) -> None:
+    """Rows a dead process left `running`: those whose run stored its user message were
+    answered (or their cut-off reply is marked interrupted) and become `done`; the others go
+    back to `queued`, to be answered again."""
+    run_ids = {m.run_id for m in running if m.run_id is not None}
+    started: set[str] = set()
+    if run_ids:
+        started = set(
+            await s.scalars(
+                select(MessageModel.run_id).where(MessageModel.run_id.in_(run_ids), MessageModel.role == "user").distinct()
+            )
+        )
+    for m in running:
+        if m.run_id in started:
+            m.state = "done"
+        else:
+            m.state, m.run_id = "queued", None
+        m.updated_at = now
