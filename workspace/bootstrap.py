@@ -25,18 +25,25 @@ def ensure_workspace(root: Path) -> list[Path]:
     up-to-date workspace returns []. Safe to call on every start.
     """
     created: list[Path] = []
-    if not root.exists():
-        root.mkdir(parents=True)
-        created.append(root)
-    elif not root.is_dir():
+    if root.exists() and not root.is_dir():
         raise NotADirectoryError(f"workspace path {root} exists and is not a directory")
+    _made(root, created, parents=True)
     _copy_tree(templates_root(), root, created)
     for name in REQUIRED_DIRS:
-        path = root / name
-        if not path.exists():
-            path.mkdir(parents=True)
-            created.append(path)
+        _made(root / name, created, parents=True)
     return created
+
+
+def _made(path: Path, created: list[Path], *, parents: bool = False) -> None:
+    """mkdir that another process may win (replicas starting at once on one workspace): a
+    folder that appeared meanwhile is simply there, never an error."""
+    try:
+        path.mkdir(parents=parents)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    created.append(path)
 
 
 def _copy_tree(source: Traversable, target: Path, created: list[Path]) -> None:
@@ -45,9 +52,7 @@ def _copy_tree(source: Traversable, target: Path, created: list[Path]) -> None:
             continue
         dest = target / entry.name
         if entry.is_dir():
-            if not dest.exists():
-                dest.mkdir()
-                created.append(dest)
+            _made(dest, created)
             _copy_tree(entry, dest, created)
             continue
         try:
