@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from adapters.catch_up import ChannelCursors
+from adapters.lead import Leads
 from agent_core.approvals import Decision, ResolveResult
 from agent_core.events import Event
 from agent_core.inbound import Inbound, ReplyTarget
@@ -100,6 +101,10 @@ class InboundHandler(Protocol):
     channel_cursors: ChannelCursors | None
     """Per-channel cursors for an adapter that catches up after a gap (Discord); None: it
     does not (see adapters.catch_up)."""
+
+    leads: Leads | None
+    """Replicas share the bot: only the holder of a role's lead opens its one connection
+    (adapters.lead); None: this process is the only one, it always connects."""
 
     async def receive(self, inbound: Inbound) -> bool:
         """Take a message; returns once it is handled or queued, not when answered.

@@ -76,6 +76,7 @@ class CursorKeeper:
         self._dirty: dict[str, str] = {}
         self._held: set[str] = set()
         self._wake = asyncio.Event()
+        self._saving = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
     async def load(self) -> dict[str, str]:
@@ -83,6 +84,14 @@ class CursorKeeper:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._save_loop(), name="cursor-keeper")
         return dict(self._cursors)
+
+    async def refresh(self) -> None:
+        """Adopt every saved cursor newer than the one in memory: another replica may have
+        taken in messages while this one did not hold the connection (adapters.lead)."""
+        for channel, message in (await self._store.load(self._platform)).items():
+            current = self._cursors.get(channel)
+            if current is None or int(message) > int(current):
+                self._cursors[channel] = message
 
     def get(self, channel_id: str) -> str | None:
         return self._cursors.get(channel_id)
@@ -111,7 +120,15 @@ class CursorKeeper:
             self._wake.clear()
             await self._flush()
 
+    async def flush(self) -> None:
+        """Save what is noted now (before another replica reads the cursors)."""
+        await self._flush()
+
     async def _flush(self) -> None:
+        async with self._saving:  # one save at a time: an older batch never lands after a newer
+            await self._save_batch()
+
+    async def _save_batch(self) -> None:
         batch, self._dirty = self._dirty, {}
         if not batch:
             return

@@ -47,6 +47,7 @@ from bot.features import chat_registry
 from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
 from bot.lane_claims import LaneClaims
+from bot.leadership import Leadership
 from bot.replicas import Replicas
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
@@ -395,6 +396,8 @@ async def build(
         questions.resume = conversations.resume_question
         if recover and shared:
             conversations.replicas = Replicas(conversations, LaneClaims(storage.engine))
+            # One Discord gateway session / one Telegram poller for all replicas (adapters.lead).
+            conversations.leads = functools.partial(Leadership, storage.engine)
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs
             await scheduler.start()

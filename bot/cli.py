@@ -178,6 +178,10 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             # Closed first (LIFO): runs stop with a visible notice while adapters are open;
             # queued messages stay in the inbox for the next start.
             running.push_async_callback(app.conversations.aclose)
+            for adapter in adapters:  # first of all: another replica takes the messages in
+                hand_over = getattr(adapter, "hand_over", None)
+                if hand_over is not None:
+                    running.push_async_callback(hand_over)
             dashboard_link = None
             if dashboard_at is not None:
                 from bot.dashboard.server import start as start_dashboard

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from adapters.base import Adapter, Button, ButtonAnswer, Delivery, SendsNotices, Taken
 from adapters.catch_up import ChannelCursors
+from adapters.lead import Leads
 from adapters.media import FileSender
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
@@ -174,6 +175,8 @@ class Conversations:
         """The process's model circuit breakers, for /status (set by bot.app)."""
         self.channel_cursors: ChannelCursors | None = None
         """Where each Discord channel was left, for catching up after a gap (set by bot.app)."""
+        self.leads: Leads | None = None
+        """Replicas: who holds a bot's one connection (set by bot.app; adapters.lead)."""
         self.mcp_states: Callable[[], list[Any]] | None = None
         """MCP servers' states (bot.mcp_servers.ServerState), for the owner's /status."""
         self.media: MediaIntake | None = None

@@ -77,6 +77,11 @@ class Leadership:
                 await asyncio.wait_for(self.changes.wait_for(lambda: self.held), timeout)
         return self.held
 
+    async def wait_for(self, held: bool) -> None:
+        """Return once this replica's leadership is `held` (at once if it already is)."""
+        async with self.changes:
+            await self.changes.wait_for(lambda: self.held == held)
+
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.retry_s)  # timing-ok: the retry period itself

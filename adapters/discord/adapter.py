@@ -36,6 +36,7 @@ import discord
 
 from adapters.base import Button, Delivery, InboundHandler
 from adapters.catch_up import CatchUp
+from adapters.lead import Lead
 from adapters.lifecycle import StartsOnce
 from adapters.button_actions import PAIR_PREFIX
 from adapters.discord.approval_views import (
@@ -68,6 +69,9 @@ MISSING_INTENT = (
     "Privileged Gateway Intents → enable MESSAGE CONTENT INTENT, then restart"
 )
 SPEC = ChunkSpec.create(DISCORD_LIMIT, "chars", True)
+GATEWAY_ROLE = "discord-gateway"
+"""The lead whose holder, alone among replicas, opens the gateway (adapters.lead)."""
+FOLLOW_TASK = "discord-follow-lead"
 
 
 class DiscordStartError(RuntimeError):
@@ -168,6 +172,9 @@ class DiscordAdapter(StartsOnce):
         self._state: Literal["new", "running", "closed"] = "new"
         self._client: _Client | None = None
         self._connector: asyncio.Task[None] | None = None
+        """The gateway session's task while this process holds it."""
+        self._lead: Lead | None = None
+        """With replicas: the gateway's lead (adapters.lead); None: always connected."""
         self._outbox: Outbox | None = None
         self._ctx: ReplyContext | None = None
         self._handler: InboundHandler | None = None
@@ -221,7 +228,23 @@ class DiscordAdapter(StartsOnce):
         client.on_action_press = self._action
         self._ctx = ReplyContext(client, self._outbox, cards, handler, self._clock, self._sleep, self._interval)
         tree = command_tree(client, self._commands, self._slash) if self._commands else None
-        self._connector = asyncio.get_running_loop().create_task(client.connect(reconnect=True), name="discord-gateway")
+        self._lead = handler.leads(GATEWAY_ROLE) if handler.leads is not None else None
+        if self._lead is not None:
+            await self._lead.start()  # one attempt at once: a lone replica leads from the start
+        if self._lead is None or self._lead.held:
+            await self._connect(client)
+        else:
+            log.info("discord.gateway_follower: another replica holds the gateway; sending through REST")
+        if self._lead is not None:
+            self._spawn(self._follow(self._lead), FOLLOW_TASK)
+        if tree is not None:
+            self._spawn(self._sync_commands(tree))
+        log.info("discord.started bot=%s id=%s", self._me.name, self._me.id)
+
+    async def _connect(self, client: _Client) -> None:
+        """Open the gateway and wait for its READY (start fails without one)."""
+        self._open_gateway(client)
+        assert self._connector is not None
         ready = asyncio.get_running_loop().create_task(client.ready.wait())
         try:
             await asyncio.wait({ready, self._connector}, timeout=self._ready_timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -232,9 +255,55 @@ class DiscordAdapter(StartsOnce):
             raise DiscordStartError(f"discord gateway closed before READY: {exc!r}") from exc
         if not client.ready.is_set():
             raise DiscordStartError(f"discord: no READY within {self._ready_timeout:g} s")
-        if tree is not None:
-            self._spawn(self._sync_commands(tree))
-        log.info("discord.started bot=%s id=%s", self._me.name, self._me.id)
+
+    def _open_gateway(self, client: _Client) -> None:
+        # discord.py reconnects and RESUMEs by itself; its new session's READY starts the
+        # catch-up of what was said while no session of this bot was ours (`_new_session`).
+        self._connector = asyncio.get_running_loop().create_task(client.connect(reconnect=True), name="discord-gateway")
+
+    async def _close_gateway(self) -> None:
+        """End this process's gateway session, keeping the REST client: sends, edits and
+        files still go out (another replica takes the messages in)."""
+        connector, self._connector = self._connector, None
+        if connector is not None:
+            connector.cancel()
+            await asyncio.gather(connector, return_exceptions=True)
+        ws = self._client.ws if self._client is not None else None
+        if ws is not None and ws.open:
+            await _quietly("gateway.close", ws.close(code=1000))  # a clean close: Discord ends the session
+        if self._catch_up is not None:
+            await _quietly("cursors.flush", self._catch_up.cursors.flush())  # the next leader starts here
+
+    async def _follow(self, lead: Lead) -> None:
+        """Hold the gateway exactly while this replica leads: a follower connects when the
+        lead becomes its own (the last leader died or stepped down), a leader whose lock
+        went (its database connection dropped) closes its session, so two never run for
+        longer than the lock takes to be noticed (bot.leadership)."""
+        assert self._client is not None
+        leading = self._connector is not None
+        while True:
+            await lead.wait_for(not leading)
+            leading = not leading
+            if leading:
+                log.info("discord.gateway_taken: this replica now holds the gateway")
+                self._open_gateway(self._client)
+            else:
+                log.warning("discord.gateway_lost: another replica may hold the gateway now; closing ours")
+                await self._close_gateway()
+
+    async def hand_over(self) -> None:
+        """Shutting down with replicas: end the gateway session and let the lead go now, so
+        another replica takes the messages in while this one finishes (sends still work)."""
+        if self._lead is None or self._state != "running":
+            return
+        for task in list(self._tasks):
+            if task.get_name() == FOLLOW_TASK:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        await self._close_gateway()
+        lead, self._lead = self._lead, None
+        await lead.aclose()
+        log.info("discord.gateway_handed_over")
 
     async def _sync_commands(self, tree: discord.app_commands.CommandTree) -> None:  # type: ignore[type-arg]
         try:
@@ -264,6 +333,8 @@ class DiscordAdapter(StartsOnce):
         if self._connector is not None:
             self._connector.cancel()
             await asyncio.gather(self._connector, return_exceptions=True)
+        if self._lead is not None:  # after the session closed: never two gateways for long
+            await _quietly("lead.aclose", self._lead.aclose())
         log.info("discord.closed")
 
     async def __aenter__(self) -> DiscordAdapter:
@@ -272,8 +343,8 @@ class DiscordAdapter(StartsOnce):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str | None = None) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -497,7 +568,9 @@ class DiscordAdapter(StartsOnce):
         channel: Discord DMs have channel ids of their own, opened once and remembered."""
         ctx = self._running()
         chat = target.chat_id
-        if target.thread_id or chat in self._channels or ctx.client.get_channel(int(chat)) is not None:
+        # An answer (`reply_to`) is to a message, so in a channel: a replica that never held
+        # the gateway has no channel cache and must not mistake it for a user.
+        if target.thread_id or target.reply_to or chat in self._channels or ctx.client.get_channel(int(chat)) is not None:
             return target
         if chat not in self._dm_of:
             try:

@@ -82,6 +82,7 @@ class SessionCatchUp:
     async def _fetch_and_take(self, client: discord.Client) -> None:
         now = self._now()
         self.cursors.release()  # what a failed message held back is read again now
+        await self.cursors.refresh()  # where the last leader of the gateway left off (replicas)
         channels = await watched_channels(client, await self._store.watched("discord"))
         fetched: list[discord.Message] = []
         missed: list[str] = []

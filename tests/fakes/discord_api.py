@@ -21,6 +21,11 @@ ROOST_DISCORD__GATEWAY_URL (`gateway_url`). It is strict where Discord is:
   or between a drop and a refused RESUME) is only in the history; `say(at=…)` dates one
   in the past; `hold_connections` keeps a reconnecting client out while a test fills a gap,
   `hold_history` keeps history reads waiting (a slow catch-up);
+- several sessions of one bot token may be connected at once, as on Discord: every event
+  goes to each (one bot process twice answers everything twice); `connected_sessions` and
+  `peak_sessions` say how many are (and were at most) connected together. A session the
+  client closes with 1000/1001 ends (Discord invalidates it); one whose connection just
+  drops stays resumable and keeps its missed events;
 - `lose_next_answer(...)` carries out the next matching call and cuts the connection;
 - every request that can carry content (sends, edits, interaction responses and follow-ups)
   must carry `allowed_mentions` that parses nothing: else 400 and it is recorded
@@ -92,7 +97,8 @@ class FakeDiscord(DiscordRest):
         self.state = State()
         self.state.users[bot_id] = _user(bot_id, bot_name, bot=True)
         self._sessions: dict[str, _Session] = {}
-        self._live: _Session | None = None
+        self.peak_sessions = 0
+        """The most gateway sessions ever connected at the same time."""
         self._rate_limits: list[_RateLimit] = []
         self._lose: list[tuple[str, str]] = []
         self._failures: list[_Failure] = []
@@ -370,14 +376,14 @@ class FakeDiscord(DiscordRest):
             self._refuse_resumes += 1
 
     def drop_gateway(self) -> None:
-        """Close the live gateway connection abnormally (the client should RESUME)."""
+        """Close every connected gateway connection abnormally (the client should RESUME)."""
         self._run(self._drop())
 
     async def _drop(self) -> None:
-        session = self._live
-        if session is not None and session.ws is not None:
-            ws, session.ws = session.ws, None
-            await ws.close(code=4000, message=b"dropped by the test")
+        for session in list(self._sessions.values()):
+            if session.ws is not None:
+                ws, session.ws = session.ws, None
+                await ws.close(code=4000, message=b"dropped by the test")
 
     # -- inspection ------------------------------------------------------------------
 
@@ -414,7 +420,16 @@ class FakeDiscord(DiscordRest):
 
     @property
     def connected(self) -> bool:
-        return self._live is not None and self._live.ws is not None and not self._live.ws.closed
+        return self.connected_sessions > 0
+
+    @property
+    def connected_sessions(self) -> int:
+        """Gateway sessions of the bot connected now (each receives every event)."""
+        return sum(1 for s in list(self._sessions.values()) if s.ws is not None and not s.ws.closed)
+
+    def _attach(self, session: _Session, ws: web.WebSocketResponse) -> None:
+        session.ws = ws
+        self.peak_sessions = max(self.peak_sessions, self.connected_sessions)
 
     # -- gateway ---------------------------------------------------------------------
 
@@ -422,19 +437,17 @@ class FakeDiscord(DiscordRest):
         assert self._loop is not None
         self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._dispatch(event, payload())))  # type: ignore[union-attr]
 
-    async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
-        session = self._live
-        if session is None:
-            return
-        if event == "MESSAGE_CREATE":
-            data = self._visible(session, data)
-            if data is None:
-                return
-        session.seq += 1
-        frame = {"op": 0, "t": event, "s": session.seq, "d": data}
-        session.events.append(frame)
-        if session.ws is not None and not session.ws.closed:
-            await session.ws.send_str(json.dumps(frame))
+    async def _dispatch(self, event: str, data: dict[str, Any], to: _Session | None = None) -> None:
+        """To `to`, or to every session (connected or resumable) of the bot."""
+        for session in [to] if to is not None else list(self._sessions.values()):
+            seen = self._visible(session, data) if event == "MESSAGE_CREATE" else data
+            if seen is None:
+                continue
+            session.seq += 1
+            frame = {"op": 0, "t": event, "s": session.seq, "d": seen}
+            session.events.append(frame)
+            if session.ws is not None and not session.ws.closed:
+                await session.ws.send_str(json.dumps(frame))
 
     def _visible(self, session: _Session, data: dict[str, Any]) -> dict[str, Any] | None:
         in_guild = "guild_id" in data
@@ -464,6 +477,12 @@ class FakeDiscord(DiscordRest):
                 await self._resume(ws, d)
         if ws.close_code is not None:
             self.gateway_closes.append(ws.close_code)
+        for session in list(self._sessions.values()):
+            if session.ws is ws:
+                session.ws = None
+                if ws.close_code in (1000, 1001):  # a client's clean close ends its session
+                    self._sessions.pop(session.id, None)
+        self.state.changed()
         return ws
 
     async def _identify(self, ws: web.WebSocketResponse, d: dict[str, Any]) -> None:
@@ -475,9 +494,9 @@ class FakeDiscord(DiscordRest):
         if intents & INTENT_MESSAGE_CONTENT and not self.message_content_enabled:
             await ws.close(code=4014, message=b"Disallowed intent(s).")
             return
-        session = _Session(snowflake(), intents, ws=ws)
+        session = _Session(snowflake(), intents)
         self._sessions[session.id] = session
-        self._live = session
+        self._attach(session, ws)
         with self.state.cond:
             guilds = list(self.state.guilds)
             ready = {
@@ -490,9 +509,9 @@ class FakeDiscord(DiscordRest):
                 "relationships": [],
                 "application": {"id": self.application_id, "flags": self._app_flags()},
             }
-        await self._dispatch("READY", ready)
+        await self._dispatch("READY", ready, session)
         for guild_id in guilds:
-            await self._dispatch("GUILD_CREATE", self._guild_payload(guild_id))
+            await self._dispatch("GUILD_CREATE", self._guild_payload(guild_id), session)
         self.state.changed()
 
     async def _resume(self, ws: web.WebSocketResponse, d: dict[str, Any]) -> None:
@@ -505,12 +524,11 @@ class FakeDiscord(DiscordRest):
                 self._sessions.pop(session.id, None)  # its missed events are gone with it
             await ws.send_str(json.dumps({"op": 9, "d": False}))
             return
-        session.ws = ws
-        self._live = session
+        self._attach(session, ws)
         for frame in session.events:
             if frame["s"] > int(d.get("seq") or 0):
                 await ws.send_str(json.dumps(frame))
-        await self._dispatch("RESUMED", {})
+        await self._dispatch("RESUMED", {}, session)
         self.state.changed()
 
     def _app_flags(self) -> int:
