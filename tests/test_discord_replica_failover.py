@@ -130,3 +130,35 @@ async def test_gateway_leader_killed_the_other_replica_connects_and_answers_what
             ended(a, signal.SIGKILL)
             if b is not None:
                 ended(b, signal.SIGTERM)
+
+
+async def test_gateway_leader_stopped_with_sigterm_hands_the_gateway_over_and_nothing_is_answered_twice(
+    dialect: str, tmp_path: Path, dc: FakeDiscord, fake_api: FakeAnthropic
+) -> None:
+    fake_api.responder = answer_phrases
+    dm = dc.dm_channel(OWNER)
+    async with fresh_postgres_database() as url:
+        a, log_a = replica(tmp_path, "a", url, dc, fake_api)
+        b = None
+        try:
+            await logged(log_a, "Roost is running")
+            b, log_b = replica(tmp_path, "b", url, dc, fake_api)
+            await logged(log_b, "Roost is running")
+            warm = dc.say(dm, OWNER, WARM)
+            await dc.await_for(lambda: f"answer to {WARM}" in answers(dc, dm) or None, 30)
+            await settled(url, dm, warm)
+            a.send_signal(signal.SIGTERM)  # a rolling restart: A stops, B takes the gateway
+            stopped = time.monotonic()
+            await dc.await_for(lambda: len(dc.identifies) == 2 and dc.connected_sessions == 1 or None, 20)
+            took = time.monotonic() - stopped
+            assert took <= 10, f"the other replica connected {took:.1f} s after SIGTERM"
+            dc.say(dm, OWNER, GAP)
+            await dc.await_for(lambda: f"answer to {GAP}" in answers(dc, dm) or None, 30)
+            assert a.wait(30) == 0
+            assert answers(dc, dm) == [f"answer to {WARM}", f"answer to {GAP}"]
+            assert dc.peak_sessions == 1  # A's session ended before B's began
+            assert len(fake_api.requests) == 2
+        finally:
+            ended(a, signal.SIGKILL)
+            if b is not None:
+                ended(b, signal.SIGTERM)
