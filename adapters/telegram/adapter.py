@@ -49,6 +49,7 @@ from adapters.telegram.dispatch import ChatDispatcher
 from adapters.telegram.intake import Intake
 from adapters.telegram.limiter import RateLimiter
 from adapters.telegram.once import OnceSends
+from adapters.telegram.polling import Polling
 from adapters.telegram.reply import ReplyContext, TelegramReply, transport_for
 from adapters.telegram.transport import EDIT_INTERVAL_S, GROUP_INTERVAL_S, TELEGRAM_LIMIT_UNITS, Keyboard, call
 from adapters.telegram.updates import BotIdentity, describe, to_inbound
@@ -154,6 +155,7 @@ class TelegramAdapter(StartsOnce):
         self._state: Literal["new", "running", "closed"] = "new"
         self._bot: ExtBot[Any] | None = None
         self._updater: Updater | None = None
+        self._polling: Polling | None = None
         self._outbox: Outbox | None = None
         self._dispatcher: ChatDispatcher | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -201,12 +203,13 @@ class TelegramAdapter(StartsOnce):
         await self._updater.initialize()
         if self._commands:
             self._spawn(self._register_commands())
-        if self._mode == "polling":
-            await self._updater.start_polling(
-                timeout=self._poll_timeout_s,
-                allowed_updates=list(ALLOWED_UPDATES),
+        if self._mode == "polling":  # with replicas, by one of them at a time (polling.py)
+            updater = self._updater
+            self._polling = Polling(updater, handler.leads, partial(
+                updater.start_polling, timeout=self._poll_timeout_s, allowed_updates=list(ALLOWED_UPDATES),
                 error_callback=self._polling_error,
-            )
+            ))  # fmt: skip
+            await self._polling.start()
         else:
             host, port = self._listen
             await self._updater.start_webhook(
@@ -224,6 +227,8 @@ class TelegramAdapter(StartsOnce):
             return
         self._state = "closed"
         updater = self._updater
+        if self._polling is not None:
+            await _quietly("polling.stop", self._polling.hand_over())
         if updater is not None and updater.running:
             await _quietly("updater.stop", updater.stop())
         if self._dispatcher is not None:
@@ -244,6 +249,12 @@ class TelegramAdapter(StartsOnce):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    async def hand_over(self) -> None:
+        """Shutting down with replicas: stop polling and let another replica poll now
+        (sends still work while this one finishes)."""
+        if self._polling is not None and self._state == "running":
+            await self._polling.hand_over()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
