@@ -260,6 +260,7 @@ class DiscordAdapter(StartsOnce):
         # discord.py reconnects and RESUMEs by itself; its new session's READY starts the
         # catch-up of what was said while no session of this bot was ours (`_new_session`).
         self._connector = asyncio.get_running_loop().create_task(client.connect(reconnect=True), name="discord-gateway")
+        self._connector.add_done_callback(_gateway_ended)
 
     async def _close_gateway(self) -> None:
         """End this process's gateway session, keeping the REST client: sends, edits and
@@ -615,6 +616,12 @@ class DiscordAdapter(StartsOnce):
             )
         except MessageGone:
             log.info("discord.interrupted_message_gone channel=%s message=%s", delivery.chat_id, message_id)
+
+
+def _gateway_ended(task: asyncio.Task[None]) -> None:
+    """discord.py gave up the session (a bad token, intents refused): said once, loudly."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("discord.gateway_ended: %r", task.exception())
 
 
 async def _followup(interaction: discord.Interaction, text: str) -> str | None:
