@@ -10,7 +10,11 @@ registers the slash commands in the background. discord.py reconnects a dropped 
 itself and RESUMEs the session, so missed events are replayed, not lost. A new session (this
 process's first, or after Discord refused a RESUME) replays nothing: after its READY the
 gap of every watched chat is fetched through REST history and handed to the handler like
-live messages, which wait until it is done (see adapters.catch_up). If start fails,
+live messages, which wait until it is done (see adapters.catch_up). With replicas
+(`InboundHandler.leads`), only the holder of the "discord-gateway" lead connects; the others
+stay logged in for REST (sends, edits, files, typing), connect when the lead becomes theirs
+(their READY's catch-up reads what came meanwhile) and close their session when it goes;
+`hand_over` (SIGTERM) ends the session before letting the lead go. If start fails,
 everything started so far is closed. `aclose` stops intake, lets messages in progress
 finish briefly, drops queued sends and closes the client; it is idempotent.
 
