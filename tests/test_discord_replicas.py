@@ -25,7 +25,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from adapters.discord.adapter import GATEWAY_ROLE
+from adapters.discord.gateway import GATEWAY_ROLE
 from bot.leadership import advisory_key
 from tests.discord_harness import OWNER, Harness, dc, running  # noqa: F401  (dc is a fixture)
 from tests.fakes.anthropic_api import FakeAnthropic

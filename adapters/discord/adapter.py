@@ -40,7 +40,6 @@ import discord
 
 from adapters.base import Button, Delivery, InboundHandler
 from adapters.catch_up import CatchUp
-from adapters.lead import Lead
 from adapters.lifecycle import StartsOnce
 from adapters.button_actions import PAIR_PREFIX
 from adapters.discord.approval_views import (
@@ -54,6 +53,7 @@ from adapters.discord.approval_views import (
 from adapters.discord.commands import command_tree
 from adapters.discord.catch_up import SessionCatchUp
 from adapters.discord.endpoints import DEFAULT_API_BASE, adopt_gateway, needs_gateway_lookup, point_at
+from adapters.discord.gateway import GATEWAY_ROLE, Gateway
 from adapters.discord.reply import DiscordReply, ReplyContext
 from adapters.discord.transport import DISCORD_LIMIT, EDIT_INTERVAL_S, NO_MENTIONS
 from adapters.discord.updates import BotIdentity, command_inbound, to_inbound
@@ -73,9 +73,6 @@ MISSING_INTENT = (
     "Privileged Gateway Intents → enable MESSAGE CONTENT INTENT, then restart"
 )
 SPEC = ChunkSpec.create(DISCORD_LIMIT, "chars", True)
-GATEWAY_ROLE = "discord-gateway"
-"""The lead whose holder, alone among replicas, opens the gateway (adapters.lead)."""
-FOLLOW_TASK = "discord-follow-lead"
 
 
 class DiscordStartError(RuntimeError):
@@ -175,10 +172,7 @@ class DiscordAdapter(StartsOnce):
         self._catch_up: SessionCatchUp | None = None
         self._state: Literal["new", "running", "closed"] = "new"
         self._client: _Client | None = None
-        self._connector: asyncio.Task[None] | None = None
-        """The gateway session's task while this process holds it."""
-        self._lead: Lead | None = None
-        """With replicas: the gateway's lead (adapters.lead); None: always connected."""
+        self._gateway: Gateway | None = None
         self._outbox: Outbox | None = None
         self._ctx: ReplyContext | None = None
         self._handler: InboundHandler | None = None
@@ -232,83 +226,37 @@ class DiscordAdapter(StartsOnce):
         client.on_action_press = self._action
         self._ctx = ReplyContext(client, self._outbox, cards, handler, self._clock, self._sleep, self._interval)
         tree = command_tree(client, self._commands, self._slash) if self._commands else None
-        self._lead = handler.leads(GATEWAY_ROLE) if handler.leads is not None else None
-        if self._lead is not None:
-            await self._lead.start()  # one attempt at once: a lone replica leads from the start
-        if self._lead is None or self._lead.held:
-            await self._connect(client)
-        else:
-            log.info("discord.gateway_follower: another replica holds the gateway; sending through REST")
-        if self._lead is not None:
-            self._spawn(self._follow(self._lead), FOLLOW_TASK)
+        lead = handler.leads(GATEWAY_ROLE) if handler.leads is not None else None
+        self._gateway = Gateway(client, lead, on_close=self._save_cursors)
+        if await self._gateway.start():  # a follower replica stays on REST (gateway.py)
+            await self._ready(client, self._gateway)
         if tree is not None:
             self._spawn(self._sync_commands(tree))
         log.info("discord.started bot=%s id=%s", self._me.name, self._me.id)
 
-    async def _connect(self, client: _Client) -> None:
-        """Open the gateway and wait for its READY (start fails without one)."""
-        self._open_gateway(client)
-        assert self._connector is not None
+    async def _ready(self, client: _Client, gateway: Gateway) -> None:
+        """Wait for the first session's READY (start fails without one)."""
+        assert gateway.connector is not None
         ready = asyncio.get_running_loop().create_task(client.ready.wait())
         try:
-            await asyncio.wait({ready, self._connector}, timeout=self._ready_timeout, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({ready, gateway.connector}, timeout=self._ready_timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             ready.cancel()
-        if self._connector.done():
-            exc = self._connector.exception()
+        if gateway.connector.done():
+            exc = gateway.connector.exception()
             raise DiscordStartError(f"discord gateway closed before READY: {exc!r}") from exc
         if not client.ready.is_set():
             raise DiscordStartError(f"discord: no READY within {self._ready_timeout:g} s")
 
-    def _open_gateway(self, client: _Client) -> None:
-        # discord.py reconnects and RESUMEs by itself; its new session's READY starts the
-        # catch-up of what was said while no session of this bot was ours (`_new_session`).
-        self._connector = asyncio.get_running_loop().create_task(client.connect(reconnect=True), name="discord-gateway")
-        self._connector.add_done_callback(_gateway_ended)
-
-    async def _close_gateway(self) -> None:
-        """End this process's gateway session, keeping the REST client: sends, edits and
-        files still go out (another replica takes the messages in)."""
-        connector, self._connector = self._connector, None
-        if connector is not None:
-            connector.cancel()
-            await asyncio.gather(connector, return_exceptions=True)
-        ws = self._client.ws if self._client is not None else None
-        if ws is not None and ws.open:
-            await _quietly("gateway.close", ws.close(code=1000))  # a clean close: Discord ends the session
-        if self._catch_up is not None:
-            await _quietly("cursors.flush", self._catch_up.cursors.flush())  # the next leader starts here
-
-    async def _follow(self, lead: Lead) -> None:
-        """Hold the gateway exactly while this replica leads: a follower connects when the
-        lead becomes its own (the last leader died or stepped down), a leader whose lock
-        went (its database connection dropped) closes its session, so two never run for
-        longer than the lock takes to be noticed (bot.leadership)."""
-        assert self._client is not None
-        leading = self._connector is not None
-        while True:
-            await lead.wait_for(not leading)
-            leading = not leading
-            if leading:
-                log.info("discord.gateway_taken: this replica now holds the gateway")
-                self._open_gateway(self._client)
-            else:
-                log.warning("discord.gateway_lost: another replica may hold the gateway now; closing ours")
-                await self._close_gateway()
+    async def _save_cursors(self) -> None:
+        if self._catch_up is not None:  # where the next holder of the gateway starts reading
+            await self._catch_up.cursors.flush()
 
     async def hand_over(self) -> None:
         """Shutting down with replicas: end the gateway session and let the lead go now, so
         another replica takes the messages in while this one finishes (sends still work)."""
-        if self._lead is None or self._state != "running":
-            return
-        for task in list(self._tasks):
-            if task.get_name() == FOLLOW_TASK:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        await self._close_gateway()
-        lead, self._lead = self._lead, None
-        await lead.aclose()
-        log.info("discord.gateway_handed_over")
+        if self._gateway is not None and self._state == "running":
+            await self._gateway.hand_over()
 
     async def _sync_commands(self, tree: discord.app_commands.CommandTree) -> None:  # type: ignore[type-arg]
         try:
@@ -335,11 +283,8 @@ class DiscordAdapter(StartsOnce):
             await self._outbox.aclose()
         if self._client is not None:
             await _quietly("client.close", self._client.close())
-        if self._connector is not None:
-            self._connector.cancel()
-            await asyncio.gather(self._connector, return_exceptions=True)
-        if self._lead is not None:  # after the session closed: never two gateways for long
-            await _quietly("lead.aclose", self._lead.aclose())
+        if self._gateway is not None:  # after the session closed: never two gateways for long
+            await _quietly("gateway.aclose", self._gateway.aclose())
         log.info("discord.closed")
 
     async def __aenter__(self) -> DiscordAdapter:
@@ -348,8 +293,8 @@ class DiscordAdapter(StartsOnce):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str | None = None) -> None:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -620,12 +565,6 @@ class DiscordAdapter(StartsOnce):
             )
         except MessageGone:
             log.info("discord.interrupted_message_gone channel=%s message=%s", delivery.chat_id, message_id)
-
-
-def _gateway_ended(task: asyncio.Task[None]) -> None:
-    """discord.py gave up the session (a bad token, intents refused): said once, loudly."""
-    if not task.cancelled() and task.exception() is not None:
-        log.error("discord.gateway_ended: %r", task.exception())
 
 
 async def _followup(interaction: discord.Interaction, text: str) -> str | None:
