@@ -281,9 +281,11 @@ class DiscordAdapter(StartsOnce):
             await _quietly("catch_up.aclose", self._catch_up.aclose())
         if self._outbox is not None:
             await self._outbox.aclose()
+        if self._gateway is not None:  # with replicas: the session closed, then the lead let go
+            await _quietly("gateway.hand_over", self._gateway.hand_over())
         if self._client is not None:
             await _quietly("client.close", self._client.close())
-        if self._gateway is not None:  # after the session closed: never two gateways for long
+        if self._gateway is not None:
             await _quietly("gateway.aclose", self._gateway.aclose())
         log.info("discord.closed")
 
