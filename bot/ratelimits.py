@@ -1,8 +1,10 @@
 """Rate limits and the daily token budget, per user and per group: checked before a message
 is queued for a run, and the daily budget again between a run's turns.
 
-- messages per minute: a sliding window of admitted messages, in memory (a restart forgets
-  at most a minute);
+- messages per minute: a sliding window of admitted messages, per user and per group: in
+  memory for one process (a restart forgets at most a minute); with replicas on one
+  PostgreSQL, in the database (bot.storage.limits), admitted atomically, so N replicas
+  together admit the limit, not N times it;
 - runs per hour and tokens per local day (midnight to midnight in ROOST_TIMEZONE, not a
   rolling 24 hours): counted from the runs table, so they hold across restarts. A run counts
   against the person who asked (in any chat: their DM, groups, their jobs; of messages
@@ -14,7 +16,8 @@ is queued for a run, and the daily budget again between a run's turns.
   most one turn past the cap (per run going at once: a parent and its workers).
 
 A refused sender is told once per window ("… try again at HH:MM"), never on every message,
-and the first refusal of a window is written to the audit trail. The owner is exempt unless
+and the first refusal of a window is written to the audit trail (across replicas: by the
+one that refused first). The owner is exempt unless
 `[limits] owner_exempt = false` (their jobs in a sub scope still meet that chat's budget).
 Settings are read on every check through a callable, so a hot-reloaded `[limits]` applies to
 the next message.
@@ -23,7 +26,7 @@ the next message.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta, tzinfo
 from typing import Literal, Protocol
@@ -50,6 +53,64 @@ class UsageSource(Protocol):
     async def window_tokens(
         self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
     ) -> int: ...
+
+
+class MessageWindows(Protocol):
+    """Admitted messages per bucket over the last minute, and which refusals were told."""
+
+    async def window_full(self, bucket: str, limit: int, now: datetime) -> datetime | None:
+        """When the bucket's window of `limit` messages frees a place; None when it has room."""
+        ...
+
+    async def admit_messages(self, buckets: Sequence[tuple[str, int]], now: datetime) -> tuple[str, datetime] | None:
+        """Count a message against every (bucket, limit) unless one is full (then that
+        bucket and when it frees a place, nothing counted): all or none, atomically."""
+        ...
+
+    async def first_refusal(self, bucket: str, limit: str, until: datetime, now: datetime) -> bool:
+        """Whether the sender is to be told (the window's first refusal by this limit)."""
+        ...
+
+
+class MemoryWindows:
+    """`MessageWindows` of one process: bounded memory, forgotten by a restart."""
+
+    def __init__(self) -> None:
+        self._messages: dict[str, collections.deque[datetime]] = {}
+        self._told: dict[tuple[str, str], datetime] = {}
+
+    async def window_full(self, bucket: str, limit: int, now: datetime) -> datetime | None:
+        window = self._messages.get(bucket)
+        if window is None:
+            return None
+        while window and window[0] <= now - MINUTE:
+            window.popleft()
+        return window[-limit] + MINUTE if len(window) >= limit else None
+
+    async def admit_messages(self, buckets: Sequence[tuple[str, int]], now: datetime) -> tuple[str, datetime] | None:
+        self._forget_past(now)
+        for bucket, limit in buckets:
+            if (free_at := await self.window_full(bucket, limit, now)) is not None:
+                return bucket, free_at
+        for bucket, _ in buckets:
+            self._messages.setdefault(bucket, collections.deque()).append(now)
+        return None
+
+    async def first_refusal(self, bucket: str, limit: str, until: datetime, now: datetime) -> bool:
+        told_until = self._told.get((bucket, limit))
+        if told_until is not None and now < told_until:
+            return False
+        self._told[(bucket, limit)] = until
+        return True
+
+    def _forget_past(self, now: datetime) -> None:
+        # Bounded memory: windows that are over and notices whose window ended are dropped.
+        for key, until in list(self._told.items()):
+            if until <= now:
+                del self._told[key]
+        for key, window in list(self._messages.items()):
+            if not window or window[-1] <= now - MINUTE:
+                del self._messages[key]
 
 
 class UsageNotes(Protocol):
@@ -105,14 +166,14 @@ class RateLimiter:
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         tz: tzinfo | None = None,
+        windows: MessageWindows | None = None,
     ) -> None:
         self._usage = usage
         self._audit = audit
         self._limits = limits
         self._clock = clock
         self._tz = tz
-        self._messages: dict[str, collections.deque[datetime]] = {}
-        self._told: dict[tuple[str, LimitName], datetime] = {}
+        self._windows: MessageWindows = windows if windows is not None else MemoryWindows()
 
     async def check(
         self, inbound: Inbound, session_key: str, *, is_owner: bool, scheduled: bool = False
@@ -125,7 +186,6 @@ class RateLimiter:
         if owner_exempt and (not scheduled or scope_of(session_key) is Scope.MAIN):
             return None
         now = self._clock()
-        self._forget_past(now)
         buckets = [] if owner_exempt else [_Bucket(inbound.identity, settings.user, False)]
         group = group_of(session_key) if inbound.chat_kind != "private" else None
         if group is not None:
@@ -134,9 +194,15 @@ class RateLimiter:
             hit = await self._over(bucket, now)
             if hit is not None:
                 return await self._refuse(inbound, session_key, bucket, *hit, now)
-        for bucket in buckets:
-            if bucket.limits.messages_per_minute:
-                self._messages.setdefault(bucket.key, collections.deque()).append(now)
+        counted = [(b.key, b.limits.messages_per_minute) for b in buckets if b.limits.messages_per_minute]
+        if counted:
+            # Checked again as it is counted: a message admitted meanwhile (here or on another
+            # replica) may have taken the window's last place.
+            full = await self._windows.admit_messages(counted, now)
+            if full is not None:
+                bucket = next(b for b in buckets if b.key == full[0])
+                limit = bucket.limits.messages_per_minute
+                return await self._refuse(inbound, session_key, bucket, "messages_per_minute", limit, full[1], now)
         return None
 
     async def spent(
@@ -169,11 +235,9 @@ class RateLimiter:
     async def _over(self, bucket: _Bucket, now: datetime) -> tuple[LimitName, int, datetime] | None:
         limits = bucket.limits
         if limits.messages_per_minute:
-            window = self._messages.get(bucket.key, collections.deque())
-            while window and window[0] <= now - MINUTE:
-                window.popleft()
-            if len(window) >= limits.messages_per_minute:
-                return "messages_per_minute", limits.messages_per_minute, window[-limits.messages_per_minute] + MINUTE
+            free_at = await self._windows.window_full(bucket.key, limits.messages_per_minute, now)
+            if free_at is not None:
+                return "messages_per_minute", limits.messages_per_minute, free_at
         if limits.runs_per_hour:
             starts = await bucket.run_starts(self._usage, now - HOUR)
             if len(starts) >= limits.runs_per_hour:
@@ -192,10 +256,8 @@ class RateLimiter:
         self, inbound: Inbound, session_key: str, bucket: _Bucket, limit: LimitName, value: int,
         retry_at: datetime, now: datetime,
     ) -> Limited:
-        told_until = self._told.get((bucket.key, limit))
-        if told_until is not None and now < told_until:
+        if not await self._windows.first_refusal(bucket.key, limit, retry_at, now):
             return Limited(limit, bucket.key, retry_at, None)
-        self._told[(bucket.key, limit)] = retry_at
         await self._audit.audit(
             AuditEntry(
                 kind="rate_limit",
@@ -237,16 +299,6 @@ class RateLimiter:
     def zone(self) -> tzinfo | None:
         """Whose midnight starts a day (ROOST_TIMEZONE; None: the machine's)."""
         return self._tz
-
-    def _forget_past(self, now: datetime) -> None:
-        # Bounded memory: windows that are over and notices whose window ended are dropped.
-        for key, until in list(self._told.items()):
-            if until <= now:
-                del self._told[key]
-        for key, window in list(self._messages.items()):
-            if not window or window[-1] <= now - MINUTE:
-                del self._messages[key]
-
 
 class RunBudget:
     """The loop's between-turns hook (`AgentLoop(between_turns=…)`): stores what the run has
