@@ -301,7 +301,9 @@ class AgentLoop:
         corrections = 0
         seen_calls: dict[str, int] = {}
         spent: str | None = None
-        if self.between_turns is not None and state.usage != Usage():  # compaction's calls spent
+        if self.between_turns is not None:
+            # Before the first model call too (and after compaction's calls): a message admitted
+            # under the cap may reach its run after another run crossed it.
             spent = await self.between_turns(request, 0, state.usage)
         for turn in range(1, self.config.max_turns + 1):
             if spent:  # the spend cap holds between turns, not only when the message was admitted

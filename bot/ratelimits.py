@@ -310,7 +310,8 @@ class RunBudget:
         self._is_owner = is_owner
 
     async def __call__(self, request: RunRequest, turns: int, usage: Usage) -> str | None:
-        await self._notes.note_usage(request.run_id, turns, usage)
+        if usage != Usage():  # before the first call nothing was spent: nothing to store
+            await self._notes.note_usage(request.run_id, turns, usage)
         charged = request.account or request.session_key
         return await self._limiter.spent(
             request.requester, charged, is_owner=self._is_owner(request.requester), scheduled=request.scheduled
