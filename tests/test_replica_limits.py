@@ -22,6 +22,9 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from agent_core.breaker import Breakers
+from agent_core.inbound import Inbound
+from bot.limit_settings import LimitSettings, ScopeLimits
+from bot.ratelimits import RateLimiter
 from bot.storage import Storage
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Error, Reply, Stall, Text, reply_text
@@ -244,3 +247,21 @@ async def test_after_the_cooldown_one_replica_probes_and_the_others_go_elsewhere
             assert all(p is not None and not p.probe for p in again)  # closed for every replica
         finally:
             await storage.aclose()
+
+
+async def test_replicas_admitting_at_once_never_both_take_the_last_place_in_a_window(dialect: str) -> None:
+    """Thirty messages of one user checked at the same moment by three replicas (each its
+    own engine and connections): exactly the limit of 3 is admitted."""
+    settings = LimitSettings(user=ScopeLimits(messages_per_minute=3, runs_per_hour=0, daily_tokens=0))
+    async with fresh_postgres_database() as url:
+        storages = [await Storage.open(url, migrate=i == 0) for i in range(REPLICAS)]
+        try:
+            limiters = [RateLimiter(s, s, lambda: settings, windows=s) for s in storages]
+            message = Inbound("telegram", "private", "42", "42", "Sam", "hi")
+            checks = [limiters[i % REPLICAS].check(message, "dm:telegram:42", is_owner=False) for i in range(30)]
+            results = await asyncio.gather(*checks)
+            assert sum(r is None for r in results) == 3, results
+            assert sum(r is not None and r.notice is not None for r in results) == 1  # told once
+        finally:
+            for s in storages:
+                await s.aclose()
