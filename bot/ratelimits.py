@@ -38,7 +38,7 @@ from agent_core.ports import AuditEntry, AuditSink
 from agent_core.risk import Scope
 from bot.limit_settings import LimitSettings, ScopeLimits
 from bot.session_keys import origin_of, scope_of
-from bot.storage.usage import WindowUsage
+from bot.storage.usage import Charge, WindowUsage
 
 LimitName = Literal["messages_per_minute", "runs_per_hour", "daily_tokens"]
 MINUTE = timedelta(minutes=1)
@@ -50,9 +50,7 @@ class UsageSource(Protocol):
         self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
     ) -> WindowUsage: ...
 
-    async def window_tokens(
-        self, since: datetime, *, account: str | None = None, with_topics: bool = False, requester: str | None = None
-    ) -> int: ...
+    async def tokens_charged(self, since: datetime, charges: Sequence[Charge]) -> list[int]: ...
 
 
 class MessageWindows(Protocol):
@@ -140,10 +138,13 @@ class _Bucket:
             return (await source.window_usage(since, account=self.key, with_topics=True)).run_starts
         return (await source.window_usage(since, requester=self.key)).run_starts  # the person's, everywhere
 
+    @property
+    def charge(self) -> Charge:
+        return Charge(account=self.key, with_topics=True) if self.is_group else Charge(requester=self.key)
+
     async def tokens(self, source: UsageSource, since: datetime) -> int:
-        if self.is_group:
-            return await source.window_tokens(since, account=self.key, with_topics=True)
-        return await source.window_tokens(since, requester=self.key)
+        (tokens,) = await source.tokens_charged(since, [self.charge])
+        return tokens
 
 
 def group_of(key: str) -> str | None:
@@ -220,15 +221,19 @@ class RateLimiter:
         group = group_of(session_key)
         if group is not None:
             buckets.append(_Bucket(group, settings.group, True))
+        buckets = [b for b in buckets if b.limits.daily_tokens]
+        if not buckets:
+            return None
         now = self._clock()
-        for bucket in buckets:
-            hit = await self._over_day(bucket, now)
-            if hit is not None:
-                _, value, retry_at = hit
+        midnight, tomorrow = self._day(now)
+        # Both buckets in one read: this runs before every model call.
+        spent = await self._usage.tokens_charged(midnight, [b.charge for b in buckets])
+        for bucket, tokens in zip(buckets, spent, strict=True):
+            if tokens >= bucket.limits.daily_tokens:
                 who = "this group has" if bucket.is_group else "you've"
                 return (
-                    f"(Stopped: {who} used today's budget of {value:,} tokens; "
-                    f"try again at {self._clock_time(retry_at, now)}.)"
+                    f"(Stopped: {who} used today's budget of {bucket.limits.daily_tokens:,} tokens; "
+                    f"try again at {self._clock_time(tomorrow, now)}.)"
                 )
         return None
 
