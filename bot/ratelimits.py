@@ -56,8 +56,9 @@ class UsageSource(Protocol):
 class MessageWindows(Protocol):
     """Admitted messages per bucket over the last minute, and which refusals were told."""
 
-    async def window_full(self, bucket: str, limit: int, now: datetime) -> datetime | None:
-        """When the bucket's window of `limit` messages frees a place; None when it has room."""
+    async def windows_full(self, buckets: Sequence[tuple[str, int]], now: datetime) -> list[datetime | None]:
+        """Per (bucket, limit): when the window of `limit` messages frees a place; None when
+        it has room."""
         ...
 
     async def admit_messages(self, buckets: Sequence[tuple[str, int]], now: datetime) -> tuple[str, datetime] | None:
@@ -77,7 +78,10 @@ class MemoryWindows:
         self._messages: dict[str, collections.deque[datetime]] = {}
         self._told: dict[tuple[str, str], datetime] = {}
 
-    async def window_full(self, bucket: str, limit: int, now: datetime) -> datetime | None:
+    async def windows_full(self, buckets: Sequence[tuple[str, int]], now: datetime) -> list[datetime | None]:
+        return [self._full(bucket, limit, now) for bucket, limit in buckets]
+
+    def _full(self, bucket: str, limit: int, now: datetime) -> datetime | None:
         window = self._messages.get(bucket)
         if window is None:
             return None
@@ -88,7 +92,7 @@ class MemoryWindows:
     async def admit_messages(self, buckets: Sequence[tuple[str, int]], now: datetime) -> tuple[str, datetime] | None:
         self._forget_past(now)
         for bucket, limit in buckets:
-            if (free_at := await self.window_full(bucket, limit, now)) is not None:
+            if (free_at := self._full(bucket, limit, now)) is not None:
                 return bucket, free_at
         for bucket, _ in buckets:
             self._messages.setdefault(bucket, collections.deque()).append(now)
@@ -191,11 +195,12 @@ class RateLimiter:
         group = group_of(session_key) if inbound.chat_kind != "private" else None
         if group is not None:
             buckets.append(_Bucket(group, settings.group, True))
+        counted = [(b.key, b.limits.messages_per_minute) for b in buckets if b.limits.messages_per_minute]
+        full = dict(zip([key for key, _ in counted], await self._windows.windows_full(counted, now), strict=True))
         for bucket in buckets:
-            hit = await self._over(bucket, now)
+            hit = await self._over(bucket, now, full.get(bucket.key))
             if hit is not None:
                 return await self._refuse(inbound, session_key, bucket, *hit, now)
-        counted = [(b.key, b.limits.messages_per_minute) for b in buckets if b.limits.messages_per_minute]
         if counted:
             # Checked again as it is counted: a message admitted meanwhile (here or on another
             # replica) may have taken the window's last place.
@@ -237,12 +242,14 @@ class RateLimiter:
                 )
         return None
 
-    async def _over(self, bucket: _Bucket, now: datetime) -> tuple[LimitName, int, datetime] | None:
+    async def _over(
+        self, bucket: _Bucket, now: datetime, free_at: datetime | None
+    ) -> tuple[LimitName, int, datetime] | None:
+        """The first limit the bucket is over, in order; `free_at`: when its message window
+        (read for every bucket at once) frees a place, None when it has room."""
         limits = bucket.limits
-        if limits.messages_per_minute:
-            free_at = await self._windows.window_full(bucket.key, limits.messages_per_minute, now)
-            if free_at is not None:
-                return "messages_per_minute", limits.messages_per_minute, free_at
+        if free_at is not None:
+            return "messages_per_minute", limits.messages_per_minute, free_at
         if limits.runs_per_hour:
             starts = await bucket.run_starts(self._usage, now - HOUR)
             if len(starts) >= limits.runs_per_hour:

@@ -9,12 +9,13 @@ these in memory instead (bot.ratelimits.MemoryWindows, a breaker without a store
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.engine import Connection
 
 from agent_core.breaker import SharedState
@@ -26,13 +27,31 @@ WINDOW = timedelta(minutes=1)
 
 _A = AdmittedMessageModel
 _B = ModelBreakerModel
+_PRUNE = delete(_A).where(_A.bucket == bindparam("b"), _A.at <= bindparam("until", type_=_A.at.type))
+_ADMIT = insert(_A)
+_LOCK = text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k ORDER BY k")
 
 
-def _full_since(conn: Connection, bucket: str, limit: int, now: datetime) -> datetime | None:
-    """When the `limit`-th newest message of the window was admitted, or None (room left)."""
-    return conn.execute(
-        select(_A.at).where(_A.bucket == bucket, _A.at > now - WINDOW).order_by(_A.at.desc()).offset(limit - 1).limit(1)
-    ).scalar()
+@functools.cache
+def _nth_newest(buckets: int) -> Any:
+    """Per bucket b0, b1, …: the `o<i>`-th newest (0-based) message since `since`; built once
+    per bucket count with bound parameters (this is on every message's path)."""
+    return select(*(
+        select(_A.at).where(_A.bucket == bindparam(f"b{i}"), _A.at > bindparam("since", type_=_A.at.type))
+        .order_by(_A.at.desc()).offset(bindparam(f"o{i}")).limit(1).scalar_subquery()
+        for i in range(buckets)
+    ))  # fmt: skip
+
+
+def _full_at(conn: Connection, buckets: Sequence[tuple[str, int]], now: datetime) -> list[datetime | None]:
+    """Per (bucket, limit): when its window frees a place (its `limit`-th newest message
+    leaves it), or None when it has room — in one statement."""
+    params: dict[str, Any] = {"since": now - WINDOW}
+    for i, (bucket, limit) in enumerate(buckets):
+        params[f"b{i}"] = bucket
+        params[f"o{i}"] = limit - 1
+    row = conn.execute(_nth_newest(len(buckets)), params).one()
+    return [at + WINDOW if at is not None else None for at in row]
 
 
 def _state(row: Any) -> SharedState:
@@ -40,25 +59,24 @@ def _state(row: Any) -> SharedState:
 
 
 class LimitRepository(RepositoryBase):
-    async def window_full(self, bucket: str, limit: int, now: datetime) -> datetime | None:
-        """When the bucket's window of `limit` messages frees a place, or None when it has room."""
-        at = await self._transact(lambda conn: _full_since(conn, bucket, limit, now))
-        return at + WINDOW if at is not None else None
+    async def windows_full(self, buckets: Sequence[tuple[str, int]], now: datetime) -> list[datetime | None]:
+        """Per (bucket, limit): when its window frees a place, or None when it has room."""
+        return await self._transact(lambda conn: _full_at(conn, buckets, now)) if buckets else []
 
     async def admit_messages(self, buckets: Sequence[tuple[str, int]], now: datetime) -> tuple[str, datetime] | None:
         """Count one message against each (bucket, limit), all or none: None when admitted,
         else the first full bucket and when it frees a place (nothing counted)."""
+        names = [bucket for bucket, _ in buckets]
 
         def body(conn: Connection) -> tuple[str, datetime] | None:
-            if self._dialect == "postgresql":
-                for bucket in sorted(b for b, _ in buckets):  # one order: no deadlock between replicas
-                    conn.execute(select(func.pg_advisory_xact_lock(advisory_key(f"limit:{bucket}"))))
-            for bucket, limit in buckets:
-                conn.execute(delete(_A).where(_A.bucket == bucket, _A.at <= now - WINDOW))
-                at = _full_since(conn, bucket, limit, now)
-                if at is not None:
-                    return bucket, at + WINDOW
-            conn.execute(insert(_A), [{"bucket": bucket, "at": now} for bucket, _ in buckets])
+            if self._dialect == "postgresql":  # in one order: replicas never deadlock on two buckets
+                keys = sorted(advisory_key(f"limit:{bucket}") for bucket in names)
+                conn.execute(_LOCK, {"keys": keys})
+            for bucket, free_at in zip(names, _full_at(conn, buckets, now), strict=True):
+                if free_at is not None:
+                    return bucket, free_at
+            conn.execute(_PRUNE, [{"b": bucket, "until": now - WINDOW} for bucket in names])  # the window's past
+            conn.execute(_ADMIT, [{"bucket": bucket, "at": now} for bucket in names])
             return None
 
         return await self._transact(body)
