@@ -1,5 +1,5 @@
 """Rate limits and the daily token budget, per user and per group: checked before a message
-is queued for a run, and the daily budget again between a run's turns.
+is queued for a run, and the daily budget again before each of a run's model calls.
 
 - messages per minute: a sliding window of admitted messages, per user and per group: in
   memory for one process (a restart forgets at most a minute); with replicas on one
@@ -10,10 +10,12 @@ is queued for a run, and the daily budget again between a run's turns.
   against the person who asked (in any chat: their DM, groups, their jobs; of messages
   answered together, the last one's sender) and against the chat it was made for (a group
   with all its topics, its isolated jobs and the workers its runs spawned). A running run has
-  stored what it spent up to its last model call (`note_usage`).
-- between turns (`RunBudget`): a run whose user or group has reached the daily budget ends
-  before its next model call, with a message saying so, so one admitted message spends at
-  most one turn past the cap (per run going at once: a parent and its workers).
+  stored what it spent up to its last model call (`note_usage`), whichever replica runs it.
+- before each model call (`RunBudget`), the first included: a run whose user or group has
+  reached the daily budget ends before its next call, with a message saying so — also a run
+  of a message admitted under the cap that waited while another run crossed it. So the cap
+  is overspent by at most one turn (one model call's input + output tokens) per run going at
+  once (a parent and each of its workers count as runs; on any replica).
 
 A refused sender is told once per window ("… try again at HH:MM"), never on every message,
 and the first refusal of a window is written to the audit trail (across replicas: by the
