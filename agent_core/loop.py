@@ -326,6 +326,8 @@ class AgentLoop:
             content, pairs = unique_tool_ids(done.content, state.taken)
             calls = [ToolCall(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"]
             if not calls and await self._stop_reason_continues(request, done, content, messages, state, emit):
+                if self.between_turns is not None:  # a paused or retried turn is a turn: checked too
+                    spent = await self.between_turns(request, turn, state.usage)
                 continue
             if content and not calls:
                 # The final answer is stored with the run's end, in one transaction.
