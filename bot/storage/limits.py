@@ -29,6 +29,7 @@ _A = AdmittedMessageModel
 _B = ModelBreakerModel
 _PRUNE = delete(_A).where(_A.bucket == bindparam("b"), _A.at <= bindparam("until", type_=_A.at.type))
 _ADMIT = insert(_A)
+_LOAD_BREAKER = select(_B).where(_B.model == bindparam("m"))  # before every model call, with replicas
 _LOCK = text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k ORDER BY k")
 
 
@@ -93,7 +94,7 @@ class LimitRepository(RepositoryBase):
 
     # --- agent_core.breaker.BreakerStore ------------------------------------------------
     async def load_breaker(self, model: str) -> SharedState:
-        row = await self._transact(lambda conn: conn.execute(select(_B).where(_B.model == model)).first())
+        row = await self._transact(lambda conn: conn.execute(_LOAD_BREAKER, {"m": model}).first())
         return _state(row) if row is not None else SharedState()
 
     async def load_breakers(self) -> dict[str, SharedState]:
