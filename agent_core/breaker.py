@@ -242,10 +242,6 @@ class Breakers:
         self._me = uuid.uuid4().hex[:16]
         """This replica, as the prober it may become."""
 
-    @property
-    def shared(self) -> bool:
-        return self._store is not None
-
     def for_model(self, model: str) -> CircuitBreaker:
         breaker = self._by_model.get(model)
         if breaker is None:
