@@ -105,7 +105,7 @@ class FailoverLLM:
             relearned = False
             request = await self._fitted(request, model)
             while True:
-                permit = self._permit(model)
+                permit = await self._permit(model)
                 if permit is None:
                     tried.append((model, _open_error(self._breakers, model)))
                     view.errors[model] = tried[-1][1]
@@ -118,7 +118,7 @@ class FailoverLLM:
                             done = item
                         else:
                             yield item
-                    permit.success()
+                    await self._succeeded(permit)
                     assert done is not None, "LLMClient.stream must end with MessageComplete"
                     if _cut_by_limit(done) and view.continuations < self._max_continuations:
                         # max_tokens mid-answer: continued (bounded) like a broken stream.
@@ -154,7 +154,7 @@ class FailoverLLM:
                 except LLMError as exc:
                     if not exc.retryable_elsewhere:
                         raise
-                    permit.failure(_reason(exc))
+                    await self._failed(permit, _reason(exc))
                     tried.append((model, exc))
                     view.errors[model] = exc
                     retries += 1
@@ -169,7 +169,7 @@ class FailoverLLM:
                     log.info("llm.retry", extra={"model": model, "retry": retries, "wait_s": round(wait, 2)})
                     await self._sleep(wait)
                 finally:
-                    permit.release()
+                    await self._release(permit)
         raise _exhausted(tried)
 
     async def count_tokens(self, request: LLMRequest) -> int:
@@ -210,10 +210,22 @@ class FailoverLLM:
             return True
         return False
 
-    def _permit(self, model: str) -> Permit | None:
+    async def _permit(self, model: str) -> Permit | None:
         if self._breakers is None:
             return _NO_BREAKER
-        return self._breakers.for_model(model).acquire()
+        return await self._breakers.acquire(model)
+
+    async def _succeeded(self, permit: Permit) -> None:
+        if self._breakers is not None and permit is not _NO_BREAKER:
+            await self._breakers.succeeded(permit)
+
+    async def _failed(self, permit: Permit, error: str) -> None:
+        if self._breakers is not None and permit is not _NO_BREAKER:
+            await self._breakers.failed(permit, error)
+
+    async def _release(self, permit: Permit) -> None:
+        if self._breakers is not None and permit is not _NO_BREAKER:
+            await self._breakers.release(permit)
 
     async def _attempt(
         self, request: LLMRequest, model: str, view: _View, has_next: bool

@@ -301,7 +301,9 @@ class AgentLoop:
         corrections = 0
         seen_calls: dict[str, int] = {}
         spent: str | None = None
-        if self.between_turns is not None and state.usage != Usage():  # compaction's calls spent
+        if self.between_turns is not None:
+            # Before the first model call too (and after compaction's calls): a message admitted
+            # under the cap may reach its run after another run crossed it.
             spent = await self.between_turns(request, 0, state.usage)
         for turn in range(1, self.config.max_turns + 1):
             if spent:  # the spend cap holds between turns, not only when the message was admitted
@@ -324,6 +326,8 @@ class AgentLoop:
             content, pairs = unique_tool_ids(done.content, state.taken)
             calls = [ToolCall(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"]
             if not calls and await self._stop_reason_continues(request, done, content, messages, state, emit):
+                if self.between_turns is not None:  # a paused or retried turn is a turn: checked too
+                    spent = await self.between_turns(request, turn, state.usage)
                 continue
             if content and not calls:
                 # The final answer is stored with the run's end, in one transaction.

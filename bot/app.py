@@ -229,9 +229,12 @@ async def build(
             )
             stack.push_async_callback(lazy.aclose)
             llm = lazy
-        # One breaker per model for the whole process: every session and job shares them.
+        # One breaker per model for the whole process: every session and job shares them; and
+        # replicas on PostgreSQL share them through the database.
         report = settings.home_dir / breaker_report.FILE_NAME
-        breakers = Breakers(on_change=lambda b: breaker_report.write(report, b) if recover else None)
+        breakers = Breakers(
+            on_change=lambda b: breaker_report.write(report, b) if recover else None, store=storage if shared else None
+        )
         # The configured model is a fallback too, for a session that chose another with /model.
         catalogue = getattr(llm, "list_models", None)  # what /model lists from the endpoint
         models = settings.agent.model_table()  # per-model windows, limits, prefill (agent_core.models)
@@ -298,7 +301,9 @@ async def build(
 
         # Read on every message, so a hot-reloaded [limits] applies to the next one; a day is
         # ROOST_TIMEZONE's, midnight to midnight.
-        limiter = RateLimiter(storage, storage, lambda: live.limits, tz=zone(settings.tz_name))
+        limiter = RateLimiter(
+            storage, storage, lambda: live.limits, tz=zone(settings.tz_name), windows=storage if shared else None
+        )  # messages per minute: in the database when replicas share it
         # The spend cap between turns, for every run and worker (the router is built below).
         run_budget = RunBudget(limiter, storage, lambda identity: router.is_owner_identity(identity))
         workers = WorkerPool(

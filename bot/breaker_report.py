@@ -1,7 +1,8 @@
 """The running process's circuit breaker states, written to a small JSON file on every change
 so that `roost doctor` (another process) can show them. Display only: it is never loaded back
-into a breaker, so a restart starts every model fresh (a saved cooldown must not block a
-provider that recovered meanwhile)."""
+into a breaker, so a restart on SQLite starts every model fresh (a saved cooldown must not
+block a provider that recovered meanwhile). Replicas on PostgreSQL share their breakers
+through the database instead (agent_core.breaker); this file shows this replica's view."""
 
 from __future__ import annotations
 

@@ -183,6 +183,7 @@ class CommandHandlers:
         if queued:
             lines.append(f"Queued messages: {queued}")
         if self._c.breakers is not None:
+            await self._c.breakers.refresh()  # what every replica found, not only this one
             # Every configured model, even one never called yet (shown as ok).
             states = {s.model: s for s in self._c.breakers.statuses()}
             shown = [states[m].describe() if m in states else f"{m}: ok" for m in self._c.models]

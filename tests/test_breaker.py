@@ -221,3 +221,36 @@ async def test_model_chosen_with_slash_model_falls_back_to_the_configured_one(tm
         reply = adapter.closed_replies()[0].outcome
         # The user's choice did not answer: they are told which model did.
         assert reply.text == "configured here\n\n(answered by claude-test: claude-backup was overloaded)"
+
+
+class _DownStore:
+    """A `BreakerStore` whose database is away: every call fails."""
+
+    async def load_breaker(self, model: str):  # noqa: ANN201
+        raise OSError("connection refused")
+
+    async def load_breakers(self):  # noqa: ANN201
+        raise OSError("connection refused")
+
+    async def change_breaker(self, model: str, change):  # noqa: ANN001, ANN201
+        raise OSError("connection refused")
+
+
+async def test_a_shared_breaker_whose_database_is_away_still_breaks_on_this_replicas_own_view() -> None:
+    """Replicas share breakers through the database; when it does not answer, a model call
+    neither fails for it nor loses the breaker: the replica counts and opens on its own."""
+    clock = Clock()
+    breakers = Breakers(clock=clock, store=_DownStore())
+    for _ in range(3):
+        permit = await breakers.acquire("m")
+        assert permit is not None
+        await breakers.failed(permit, "overloaded")
+        await breakers.release(permit)
+    assert await breakers.acquire("m") is None and breakers.for_model("m").state == "open"
+    await breakers.refresh()  # /status while the database is away: this replica's view
+    assert [s.state for s in breakers.statuses()] == ["open"]
+    clock.now += 60
+    probe = await breakers.acquire("m")
+    assert probe is not None and probe.probe
+    await breakers.succeeded(probe)
+    assert breakers.for_model("m").state == "closed"

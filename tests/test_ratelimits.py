@@ -48,17 +48,20 @@ class Limits:
 
 @pytest.fixture
 def limiter_for(storage: Storage, clock: FakeClock):  # noqa: ANN201
-    def make(settings: LimitSettings) -> tuple[RateLimiter, Limits]:
+    def make(settings: LimitSettings, *, shared: bool = False) -> tuple[RateLimiter, Limits]:
+        """`shared`: message windows in the database, as replicas on PostgreSQL keep them."""
         limits = Limits(settings)
-        return RateLimiter(storage, storage, limits, clock=clock, tz=UTC), limits
+        return RateLimiter(storage, storage, limits, clock=clock, tz=UTC, windows=storage if shared else None), limits
 
     return make
 
 
+@pytest.mark.parametrize("shared", [False, True], ids=["in-memory", "in-database"])
 async def test_messages_per_minute_refuses_with_the_time_and_tells_once_per_window(
-    limiter_for, storage: Storage, clock: FakeClock
+    limiter_for, storage: Storage, clock: FakeClock, shared: bool
 ) -> None:
-    limiter, _ = limiter_for(LimitSettings(user=ScopeLimits(messages_per_minute=3, runs_per_hour=0, daily_tokens=0)))
+    settings = LimitSettings(user=ScopeLimits(messages_per_minute=3, runs_per_hour=0, daily_tokens=0))
+    limiter, _ = limiter_for(settings, shared=shared)
     key = "dm:telegram:42"
     for _ in range(3):
         assert await limiter.check(dm(), key, is_owner=False) is None

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import text
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, ToolUse, reply_text, reply_tools
+from tests.fakes.anthropic_script import Reply, Text, ToolUse, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.telegram_harness import GROUP, MEMBER, OWNER, STRANGER, Harness, running, tg  # noqa: F401
 from tests.test_workers import spawn, worker_turn
@@ -77,6 +77,24 @@ async def test_a_run_with_many_tool_turns_stops_at_the_turn_after_crossing_the_b
         assert spent == 1200 <= 1000 + 300  # N + one turn at most
         assert await stored_tokens(h) == charged(fake_api)  # every call the service charged is counted
         assert not any("never reached" in (m.text or "") for m in tg.bot_messages(STRANGER))
+
+
+async def test_a_run_paused_by_the_service_again_and_again_stops_at_the_turn_after_crossing_the_budget(
+    tmp_path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """A paused turn (`pause_turn`, a long server-tool turn) is continued with another model
+    call: that call meets the budget like any other. 600 tokens a turn, budget 1,000: the
+    second turn crosses it, no third is made (unchecked, the run went on for all five)."""
+    limits = {"user": {**OFF, "daily_tokens": 1000}}
+    async with running(tmp_path, tg, fake_api, paced=False, limits=limits) as h:
+        paused = [Reply(Text(f"Still searching ({n})."), stop_reason="pause_turn", usage=usage(600)) for n in range(4)]
+        fake_api.script(*paused, reply_text("never reached", usage=usage(600)))
+        await h.app.storage.pair_user("telegram", str(STRANGER), "Sam")
+        tg.send_private(STRANGER, "search the web for it", first_name="Sam")
+        await h.bot_text(STRANGER, lambda t: "today's budget of 1,000 tokens" in t or "never reached" in t)
+        await h.app.conversations.lanes.drain()
+        assert len(fake_api.requests) == 2, "the paused run went on past the turn that crossed the budget"
+        assert await stored_tokens(h, f"requester = 'telegram:{STRANGER}'") == 1200 <= 1000 + 600
 
 
 async def test_workers_spend_counts_against_the_group_and_a_worker_cannot_exceed_its_budget(

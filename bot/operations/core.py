@@ -477,6 +477,8 @@ class Operations:
         running, waiting = await self.status_counts(actor)
         today = Windows.at(now).today
         budgets = await self.budgets(actor, now)
+        if self.live.breakers is not None:
+            await self.live.breakers.refresh()  # every replica's findings
         return Overview(
             platforms=self.live.platforms(),
             breakers=self.breakers(actor),

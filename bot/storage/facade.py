@@ -23,6 +23,7 @@ from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
 from bot.storage.inbox import InboxRepository, claim_statement, set_inbox_state
 from bot.storage.jobs import JobRepository
+from bot.storage.limits import LimitRepository
 from bot.storage.metrics import MetricsRepository
 from bot.storage.migrate import upgrade
 from bot.storage.plans import PlanRepository
@@ -53,6 +54,7 @@ class Storage(
     SendRepository,
     CursorRepository,
     BrowseRepository,
+    LimitRepository,
 ):
     """Everything Roost persists; implements `agent_core.ports.AgentStore`.
 

@@ -497,3 +497,43 @@ class CompactionModel(Base):
     tokens_before: Mapped[int] = mapped_column(Integer)
     tokens_after: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime]
+
+
+class AdmittedMessageModel(Base):
+    """A message counted against a rate-limit bucket ("telegram:42", "group:telegram:-100…")
+    when admitted, so replicas share one window per bucket (bot.storage.limits). Rows older
+    than the window are deleted as the bucket's next message is admitted."""
+
+    __tablename__ = "admitted_messages"
+    __table_args__ = (Index(None, "bucket", "at"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    bucket: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime]
+
+
+class LimitNoticeModel(Base):
+    """Until when a bucket's refusal by one limit has been told (told once per window, by
+    whichever replica refused first)."""
+
+    __tablename__ = "limit_notices"
+
+    bucket: Mapped[str] = mapped_column(String(255), primary_key=True)
+    limit_name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    told_until: Mapped[datetime]
+
+
+class ModelBreakerModel(Base):
+    """A model's circuit breaker as every replica sees it (agent_core.breaker): times are
+    epoch seconds of the replicas' wall clocks; `prober` holds the one probe until
+    `probe_until`."""
+
+    __tablename__ = "model_breakers"
+
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    failures: Mapped[int] = mapped_column(Integer)
+    opened_at: Mapped[float] = mapped_column(Float)
+    last_error: Mapped[str] = mapped_column(Text)
+    prober: Mapped[str | None] = mapped_column(String(64))
+    probe_until: Mapped[float | None] = mapped_column(Float)

@@ -4,6 +4,7 @@ chat, an isolated job's chat) and its `requester` (the person who asked), wherev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -12,6 +13,16 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from bot.storage.base import RepositoryBase
 from bot.storage.models import RunModel
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """Whose spend to count: a chat `account` (with_topics: and the sessions below it) or the
+    person `requester`, as `UsageRepository.window_usage` takes them."""
+
+    account: str | None = None
+    with_topics: bool = False
+    requester: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +89,18 @@ class UsageRepository(RepositoryBase):
     ) -> int:
         """Input + output tokens of the runs `window_usage` counts (one aggregate: what the
         between-turns budget check reads)."""
-        async with self._tx() as s:
-            tokens = await s.scalar(_tokens(_charged_to(account, with_topics, requester), since))
-        return int(tokens or 0)
+        (tokens,) = await self.tokens_charged(since, [Charge(account, with_topics, requester)])
+        return tokens
+
+    async def tokens_charged(self, since: datetime, charges: Sequence[Charge]) -> list[int]:
+        """`window_tokens` of each charge, in one statement (the check before every model
+        call reads the person's and the group's at once)."""
+        if not charges:
+            return []
+        subqueries = [
+            _tokens(_charged_to(c.account, c.with_topics, c.requester), since).scalar_subquery() for c in charges
+        ]
+        statement = select(*subqueries)
+        # A synchronous body (bot.storage.writer): a fraction of an ORM session's cost.
+        row = await self._transact(lambda conn: conn.execute(statement).one())
+        return [int(v or 0) for v in row]

@@ -276,12 +276,18 @@ class FakeAnthropic:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    async def _pause(self, seconds: float | None) -> None:
-        """The fake's own pacing (``None`` = until close); ends early when the fake closes."""
+    async def _pause(self, stall: Stall) -> None:
+        """The fake's own pacing (``None`` = until close); ends early when the fake closes or
+        the stall's ``until`` is set."""
         assert self._closing is not None
+        closing = self._closing
         try:
-            async with asyncio.timeout(seconds):
-                await self._closing.wait()
+            async with asyncio.timeout(stall.seconds):
+                if stall.until is None:
+                    await closing.wait()
+                    return
+                while not (stall.until.is_set() or closing.is_set()):
+                    await asyncio.sleep(0.01)  # timing-ok: re-check an event set from the test's thread
         except TimeoutError:
             pass
 
@@ -345,7 +351,7 @@ class FakeAnthropic:
             raise self._drop(request, key, response)
         if isinstance(response, Stall):
             self._log.update(key, served=response)
-            await self._pause(response.seconds)
+            await self._pause(response)
             raise self._drop(request, key, response)
         reply = response.with_ids(numbered=self.tool_ids == "numbered")
         self._thinking.served(reply)
@@ -356,7 +362,7 @@ class FakeAnthropic:
             return await self._stream(request, key, request_id, reply, message_id, body["model"], prompt)
         for part in reply.parts:
             if isinstance(part, Stall):
-                await self._pause(part.seconds)
+                await self._pause(part)
             elif isinstance(part, Disconnect):
                 raise self._drop(request, key, reply)
             elif isinstance(part, StreamError):
@@ -386,7 +392,7 @@ class FakeAnthropic:
                 if step.name == "error":
                     self._log.update(key, error=step.data["error"]["message"])
             elif isinstance(step, Stall):
-                await self._pause(step.seconds)
+                await self._pause(step)
             elif isinstance(step, Truncate):
                 await stream.write_eof()
                 self._log.update(key, outcome="truncated")

@@ -102,9 +102,11 @@ class RawToolUse:
 class Stall:
     """Inside a ``Reply``: pause the stream here for ``seconds``. As a whole response: hang for
     ``seconds`` (``None`` = until the client gives up or the fake closes), then drop the
-    connection. Closing the fake ends every stall at once."""
+    connection. Closing the fake ends every stall at once; so does setting ``until`` (a
+    ``threading.Event`` the test holds: a pause that ends when the test says, not by time)."""
 
     seconds: float | None = None
+    until: threading.Event | None = None
 
 
 @dataclass(frozen=True, slots=True)
