@@ -48,6 +48,8 @@ from bot.live_config import LiveConfig, tool_call_cap
 from bot.lean_imports import hidden
 from bot.lane_claims import LaneClaims
 from bot.replicas import Replicas
+from bot.elsewhere import Elsewhere
+from bot.signals import Signals
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.mcp_servers import McpManager
@@ -394,7 +396,14 @@ async def build(
         conversations.speech = speech(settings.tts)
         questions.resume = conversations.resume_question
         if recover and shared:
-            conversations.replicas = Replicas(conversations, LaneClaims(storage.engine))
+            claims = LaneClaims(storage.engine)
+            conversations.replicas = Replicas(conversations, claims)
+            # Presses, answers and /stop reach the replica where the run waits (LISTEN/NOTIFY).
+            signals = Signals(storage.engine.url)
+            elsewhere = Elsewhere(signals, storage, conversations.lanes, claims, gate, questions)
+            gate.relay = questions.relay = conversations.elsewhere = elsewhere
+            await signals.start()
+            stack.push_async_callback(signals.aclose)
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs
             await scheduler.start()

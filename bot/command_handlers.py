@@ -153,6 +153,8 @@ class CommandHandlers:
     async def _cmd_stop(self, command: Command, inbound: Inbound, route: Accept) -> str:
         if self._c.lanes.stop(route.session_key):
             return "Stopped."
+        if self._c.elsewhere is not None and await self._c.elsewhere.stop(route.session_key):
+            return "Stopped."  # the run was on another replica
         return "Nothing is running."
 
     async def _cmd_status(self, command: Command, inbound: Inbound, route: Accept) -> str:

@@ -1,0 +1,234 @@
+"""Buttons and answers anywhere: with two replicas on one PostgreSQL behind a load balancer
+(Telegram webhook mode), a press, an answer or a /stop that reaches replica B acts on the
+run waiting on replica A — at once, once, and only by whoever may.
+
+The replicas are two full apps in this test process (each its own engine, connections,
+webhook server, lanes and signal connection; they share only the database and the
+workspace); the fake Bot API routes each update to the replica the test names, as a load
+balancer would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic_api import FakeAnthropic
+from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools, user_blocks
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.telegram_state import StoredMessage
+from tests.storage_fixtures import fresh_postgres_database
+from tests.telegram_harness import OWNER, STRANGER, Harness, free_port, running, tg  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
+
+SECRET = "replica-secret_0123456789"
+QUESTION = "Which server should I restart?"
+WITHIN_S = 1.0
+"""The issue's bound for a cross-replica press; a signal takes milliseconds, the safety-net
+re-read 10 s, so this tells them apart with a wide margin on a loaded machine."""
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, **overrides: Any) -> Any:
+    async with fresh_postgres_database() as url, contextlib.AsyncExitStack() as stack:
+        started: list[tuple[Harness, str]] = []
+        for name in ("a", "b"):
+            port = free_port()
+            hook = f"http://127.0.0.1:{port}/tg/hook"
+            telegram = {"mode": "webhook", "webhook_url": hook, "webhook_listen": f"127.0.0.1:{port}",
+                        "webhook_secret": SECRET}
+            h = await stack.enter_async_context(running(
+                tmp_path / f"replica-{name}", tg, llm, paced=False, telegram=telegram, database_url=url,
+                workspace=tmp_path / "workspace", **overrides,
+            ))  # fmt: skip
+            started.append((h, hook))
+        yield started
+
+
+def buttons(message: StoredMessage) -> dict[str, str]:
+    rows = (message.reply_markup or {}).get("inline_keyboard", [])
+    return {b["text"]: b["callback_data"] for row in rows for b in row}
+
+
+async def first(h: Harness, part: str) -> StoredMessage:
+    """The first bot message in the owner's chat showing `part` (a reply may open with a
+    tool's status line)."""
+    return await h.bot_text(OWNER, lambda t: part in t)
+
+
+async def answered(tg: FakeTelegram, query: str) -> tuple[dict[str, Any], float]:
+    """The callback answer and when it was given (monotonic)."""
+    state = await tg.await_for(lambda: tg.callback_query(query).answered and tg.callback_query(query))
+    at = next(c.finished_at for c in tg.calls if c.method == "answerCallbackQuery" and c.params.get("callback_query_id") == query)
+    return state.answer or {}, at
+
+
+def tool_results(fake_api: FakeAnthropic, request: int) -> list[dict[str, Any]]:
+    return [b for b in user_blocks(fake_api.requests[request].json) if b.get("type") == "tool_result"]
+
+
+async def runs_of(h: Harness) -> int:
+    from sqlalchemy import text
+
+    async with h.app.storage.engine.connect() as conn:
+        return int((await conn.execute(text("SELECT count(*) FROM runs WHERE session_key = 'main'"))).scalar_one())
+
+
+async def exec_waits_on_a(tg: FakeTelegram, fake_api: FakeAnthropic, a: Harness, hook_a: str) -> StoredMessage:
+    """The owner's message reaches replica A; its run waits on an approval card."""
+    fake_api.script(reply_tools(ToolUse("exec", {"command": "echo ran >> marker.txt"})), reply_text("ok, done"))
+    tg.route_webhook(hook_a)
+    tg.send_private(OWNER, "write the marker")
+    card = await first(a, "🔐")
+    assert a.app.conversations.lanes.is_busy("main")  # the run is A's
+    return card
+
+
+async def test_an_approval_pressed_through_replica_b_resolves_the_run_on_replica_a_within_1_s(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        tg.route_webhook(hook_b)
+        query = tg.press_button(OWNER, card.message_id, OWNER, buttons(card)["✅ Approve once"], first_name="Olivia")
+        answer, at = await answered(tg, query)
+        assert answer.get("text") == "✅ Approved once."
+        await first(a, "ok, done")
+        went_on = fake_api.requests[1].received_at  # the run's next model call, with the tool's result
+        assert went_on - at < WITHIN_S, f"the run went on {went_on - at:.3f} s after the press was answered"
+        (result,) = tool_results(fake_api, 1)
+        assert not result.get("is_error")
+        assert (a.workspace / "marker.txt").read_text() == "ran\n"
+        # The card in the chat says who decided, edited by the replica whose run it is.
+        decided = await a.bot_text(OWNER, lambda t: t.endswith("✅ Approved once by Olivia."))
+        assert decided.message_id == card.message_id and decided.reply_markup is None
+
+
+async def test_always_pressed_through_replica_b_stores_the_grant_of_the_run_on_replica_a(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        tg.route_webhook(hook_b)
+        query = tg.press_button(OWNER, card.message_id, OWNER, buttons(card)["♾ Always in this session"], first_name="Olivia")
+        answer, _ = await answered(tg, query)
+        assert "Always" in answer.get("text", ""), answer
+        await first(a, "ok, done")
+        grants = await b.app.storage.grants("main")
+        assert [g.rule.input for g in grants] == ["echo ran >> marker.txt"]
+
+
+async def test_a_press_by_the_wrong_person_on_replica_b_is_refused_and_the_run_keeps_waiting(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        tg.route_webhook(hook_b)
+        query = tg.press_button(OWNER, card.message_id, STRANGER, buttons(card)["✅ Approve once"], first_name="Mallory")
+        answer, _ = await answered(tg, query)
+        assert answer == {"text": "This approval isn't yours.", "show_alert": True}
+        (pending,) = await a.app.storage.pending_approvals()
+        assert pending.state == "pending" and tg.message(OWNER, card.message_id).edits == []
+        assert not (a.workspace / "marker.txt").exists() and len(fake_api.requests) == 1
+        query = tg.press_button(OWNER, card.message_id, OWNER, buttons(card)["❌ Deny"], first_name="Olivia")
+        answer, _ = await answered(tg, query)
+        await first(a, "ok, done")
+        (result,) = tool_results(fake_api, 1)
+        assert result.get("is_error") and not (a.workspace / "marker.txt").exists()
+
+
+async def test_a_double_press_on_replicas_a_and_b_is_decided_once(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        data = buttons(card)
+        tg.route_webhook(hook_b)
+        on_b = tg.press_button(OWNER, card.message_id, OWNER, data["❌ Deny"], first_name="Olivia")
+        tg.route_webhook(hook_a)
+        on_a = tg.press_button(OWNER, card.message_id, OWNER, data["✅ Approve once"], first_name="Olivia")
+        answers = [(await answered(tg, q))[0].get("text", "") for q in (on_b, on_a)]
+        won = [t for t in answers if not t.startswith("Already decided")]
+        assert len(won) == 1, answers
+        await first(a, "ok, done")
+        (result,) = tool_results(fake_api, 1)
+        ran = (a.workspace / "marker.txt").read_text() if (a.workspace / "marker.txt").exists() else ""
+        assert ran in ("", "ran\n")
+        assert (won[0] == "✅ Approved once.") == (ran == "ran\n") == (not result.get("is_error"))
+        shown = "✅ Approved once by Olivia." if ran else "❌ Denied by Olivia."
+        await a.bot_text(OWNER, lambda t: t.endswith(shown))  # the card shows the one decision
+        assert sum(shown in (e.text or "") for e in tg.message(OWNER, card.message_id).edits) == 0
+
+
+async def test_an_ask_user_answer_through_replica_b_continues_the_run_on_replica_a_not_a_resume(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(reply_tools(ToolUse("ask_user", {"question": QUESTION})), reply_text("Restarting web-2 now."))
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        tg.route_webhook(hook_a)
+        tg.send_private(OWNER, "restart the server that is down")
+        await a.says(OWNER, f"❓ {QUESTION}")
+        tg.route_webhook(hook_b)
+        tg.send_private(OWNER, "web-2")
+        await first(a, "Restarting web-2 now.")
+        await a.app.conversations.lanes.drain()
+        assert len(fake_api.requests) == 2
+        assert any("answered: web-2" in str(r.get("content")) for r in tool_results(fake_api, 1))
+        assert await runs_of(a) == 1, "the answer started a new run instead of going on"
+        assert not any("Roost restarted" in (m.text or "") for m in tg.bot_messages(OWNER))
+
+
+async def test_an_ask_button_pressed_through_replica_b_continues_the_run_on_replica_a(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(
+        reply_tools(ToolUse("ask_user", {"question": QUESTION, "options": ["web-1", "web-2"]})),
+        reply_text("Restarting web-1 now."),
+    )
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        tg.route_webhook(hook_a)
+        tg.send_private(OWNER, "restart the server that is down")
+        card = await a.says(OWNER, f"❓ {QUESTION}")
+        tg.route_webhook(hook_b)
+        refused = tg.press_button(OWNER, card.message_id, STRANGER, buttons(card)["web-2"], first_name="Mallory")
+        assert (await answered(tg, refused))[0] == {"text": "This question isn't for you.", "show_alert": True}
+        query = tg.press_button(OWNER, card.message_id, OWNER, buttons(card)["web-1"], first_name="Olivia")
+        assert (await answered(tg, query))[0].get("text") == "✓ web-1"
+        await first(a, "Restarting web-1 now.")
+        await a.app.conversations.lanes.drain()
+        assert any("answered: web-1" in str(r.get("content")) for r in tool_results(fake_api, 1))
+        assert await runs_of(a) == 1
+
+
+async def test_stop_through_replica_b_stops_the_run_on_replica_a(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        tg.route_webhook(hook_b)
+        tg.send_private(OWNER, "/stop")
+        await b.says(OWNER, "Stopped.")
+        await a.app.conversations.lanes.drain()
+        assert not a.app.conversations.lanes.is_busy("main")
+        closed = tg.message(OWNER, card.message_id)
+        assert closed.reply_markup is None  # the card lost its buttons: nothing can approve it now
+        assert not (a.workspace / "marker.txt").exists() and len(fake_api.requests) == 1
+        tg.send_private(OWNER, "/stop")
+        await tg.await_for(lambda: [m for m in tg.bot_messages(OWNER) if m.text == "Nothing is running."])
+
+
+async def test_interrupt_mode_message_through_replica_b_stops_the_run_on_replica_a(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    async with two_replicas(tmp_path, tg, fake_api, agent={"queue_mode": "interrupt"}) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        tg.route_webhook(hook_b)
+        tg.send_private(OWNER, "never mind, say hello")
+        await first(a, "ok, done")  # the next run, on A, with the new message
+        assert tg.message(OWNER, card.message_id).reply_markup is None  # the stopped run's card
+        assert any("never mind" in str(b) for b in user_blocks(fake_api.requests[-1].json))
+        assert not (a.workspace / "marker.txt").exists()
