@@ -59,6 +59,8 @@ class ResolveOutcome(StrEnum):
 class ResolveResult:
     outcome: ResolveOutcome
     record: ApprovalRecord | None = None
+    elsewhere: bool = False
+    """Applied by the process where the run waits, which shows the outcome on its card."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +292,7 @@ class ApprovalGate:
             outcome = await self.relay.decide_elsewhere(approval_id, decision, by, via)
             if outcome is not None:
                 self._changed()
-                return ResolveResult(outcome, await self._store.get_approval(approval_id))
+                return ResolveResult(outcome, await self._store.get_approval(approval_id), elsewhere=True)
         rule = self._grant_rules.get(approval_id)
         if decision is Decision.ALWAYS and rule is None:
             # Nothing may be granted here (e.g. exec in a group): record what really holds,

@@ -18,10 +18,12 @@ the same for the others.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
+from adapters.base import Adapter, NamesApprovers
 from agent_core.approvals import ApprovalGate, Decision, ResolveOutcome
 from bot.lanes import QUEUE_MODES
 from bot.leadership import advisory_key
@@ -49,9 +51,10 @@ class Elsewhere:
 
     def __init__(
         self, signals: Signals, storage: Storage, lanes: Lanes[Pending], claims: LaneClaims,
-        gate: ApprovalGate, questions: QuestionDesk | None,
+        gate: ApprovalGate, questions: QuestionDesk | None, adapters: Mapping[str, Adapter],
     ) -> None:  # fmt: skip
         self.signals = signals
+        self._adapters = adapters
         self._storage = storage
         self._lanes = lanes
         self._claims = claims
@@ -70,7 +73,9 @@ class Elsewhere:
     async def decide_elsewhere(
         self, approval_id: str, decision: Decision, by: str, via: str | None
     ) -> ResolveOutcome | None:
-        reply = await self.signals.call(APPROVAL, {"id": approval_id, "decision": decision.value, "by": by, "via": via})
+        name = self._names(by).get(by)  # the card there says "by <name>", as it would here
+        payload = {"id": approval_id, "decision": decision.value, "by": by, "via": via, "name": name}
+        reply = await self.signals.call(APPROVAL, payload)
         if reply is None:
             log.info("approval.claimed_nowhere", extra={"approval": approval_id})
             return None
@@ -99,6 +104,10 @@ class Elsewhere:
     async def mode_changed(self, session_key: str, mode: str | None) -> None:
         await self.signals.publish(MODE, {"key": session_key, "mode": mode})
 
+    def _names(self, identity: str) -> dict[str, str]:
+        adapter = self._adapters.get(identity.partition(":")[0])
+        return adapter.approver_names if isinstance(adapter, NamesApprovers) else {}
+
     async def lane_held_elsewhere(self, session_key: str) -> bool:
         if self._claims.holds(session_key) or self._lanes.active(session_key):
             return False
@@ -108,6 +117,8 @@ class Elsewhere:
 
     # --- answered for the others ---------------------------------------------------
     async def _decide_here(self, p: Payload) -> Payload | None:
+        if isinstance(p.get("name"), str):
+            self._names(p["by"])[p["by"]] = p["name"]
         outcome = await self._gate.resolve_waiting(p["id"], Decision(p["decision"]), p["by"], p.get("via"))
         return None if outcome is None else {"outcome": outcome.value}
 

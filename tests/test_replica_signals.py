@@ -106,9 +106,11 @@ async def test_an_approval_pressed_through_replica_b_resolves_the_run_on_replica
         (result,) = tool_results(fake_api, 1)
         assert not result.get("is_error")
         assert (a.workspace / "marker.txt").read_text() == "ran\n"
-        # The card in the chat says who decided, edited by the replica whose run it is.
-        decided = await a.bot_text(OWNER, lambda t: t.endswith("✅ Approved once by Olivia."))
-        assert decided.message_id == card.message_id and decided.reply_markup is None
+        # The card in the chat says who decided (by name), edited by the replica whose run it is.
+        await a.app.conversations.lanes.drain()
+        await a.bot_text(OWNER, lambda t: t.endswith("✅ Approved once by Olivia."))
+        decided = tg.message(OWNER, card.message_id)
+        assert (decided.text or "").endswith("✅ Approved once by Olivia.") and decided.reply_markup is None
 
 
 async def test_always_pressed_through_replica_b_stores_the_grant_of_the_run_on_replica_a(
@@ -235,3 +237,50 @@ async def test_interrupt_mode_message_through_replica_b_stops_the_run_on_replica
         assert tg.message(OWNER, card.message_id).reply_markup is None  # the stopped run's card
         assert any("never mind" in str(b) for b in user_blocks(fake_api.requests[-1].json))
         assert not (a.workspace / "marker.txt").exists()
+
+
+async def test_a_press_whose_signal_is_lost_still_lets_the_run_on_replica_a_go_on_after_its_reconnect(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    import asyncpg
+
+    from tests.storage_fixtures import _asyncpg_dsn
+
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        signals = a.app.conversations.elsewhere.signals  # type: ignore[union-attr]
+        pid = signals._conn.get_server_pid()
+        admin = await asyncpg.connect(_asyncpg_dsn(a.app.storage.engine.url))
+        try:  # A's listening connection dies: the press's NOTIFY never reaches A
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await admin.close()
+        tg.route_webhook(hook_b)
+        query = tg.press_button(OWNER, card.message_id, OWNER, buttons(card)["✅ Approve once"], first_name="Olivia")
+        answer, _ = await answered(tg, query)
+        assert answer.get("text") == "✅ Approved once."  # nobody claimed it in time: decided on B
+        # A reconnects and re-reads the rows its runs wait on: the run goes on, once.
+        await a.bot_text(OWNER, lambda t: "ok, done" in t, timeout=30)
+        assert (a.workspace / "marker.txt").read_text() == "ran\n"
+        # The card says who decided (its replica never heard the presser's name: the identity).
+        await a.bot_text(OWNER, lambda t: "✅ Approved once by" in t and t.startswith("🔐"))
+        assert tg.message(OWNER, card.message_id).reply_markup is None
+        assert signals._conn is not None and signals._conn.get_server_pid() != pid
+
+
+async def test_an_answer_to_a_question_whose_replica_is_gone_resumes_the_task_on_replica_b(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    fake_api.script(reply_tools(ToolUse("ask_user", {"question": QUESTION})), reply_text("Restarting web-2 now."))
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        tg.route_webhook(hook_a)
+        tg.send_private(OWNER, "restart the server that is down")
+        await a.says(OWNER, f"❓ {QUESTION}")
+        await a.app.conversations.aclose()  # A stops: its run is cut off, the question kept
+        tg.route_webhook(hook_b)
+        tg.send_private(OWNER, "web-2")
+        await b.bot_text(OWNER, lambda t: "Restarting web-2 now." in t, timeout=20)
+        # Its run was stopped with A (the stop wrote its tool result): the answer continues the
+        # task as the next run's words, on B, as after a restart of one process.
+        assert "web-2" in str(user_blocks(fake_api.requests[-1].json))
+        assert b.app.conversations.lanes.active("main") or await runs_of(b) == 2
