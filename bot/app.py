@@ -400,7 +400,8 @@ async def build(
             conversations.replicas = Replicas(conversations, claims)
             # Presses, answers and /stop reach the replica where the run waits (LISTEN/NOTIFY).
             signals = Signals(storage.engine.url)
-            elsewhere = Elsewhere(signals, storage, conversations.lanes, claims, gate, questions, conversations.adapters)
+            elsewhere = Elsewhere(signals, storage, conversations.lanes, claims, gate, questions, conversations.adapters,
+                                  conversations.run_starters)
             gate.relay = questions.relay = conversations.elsewhere = elsewhere
             await signals.start()
             stack.push_async_callback(signals.aclose)

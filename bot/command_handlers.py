@@ -46,6 +46,10 @@ class CommandHandlers:
         if inbound.chat_kind == "group":
             starters = self._c.run_starters.get(route.session_key, frozenset())
             refusal = await self.group_policy.refusal(command, inbound, starters)
+            if refusal is not None and command.name == "stop" and self._c.elsewhere is not None:
+                # The run may be another replica's: whoever asked for it may stop it from here.
+                starters = await self._c.elsewhere.starters(route.session_key)
+                refusal = await self.group_policy.refusal(command, inbound, starters) if starters else refusal
             if refusal is not None:
                 await self.audit_access(inbound, f"/{command.name}", "denied", route.session_key, kind="command")
                 return refusal

@@ -11,7 +11,7 @@ the same for the others.
   session's lane held by no other replica.
 - `/stop`, and a message in the `interrupt` queue mode, for a session whose lane another
   replica holds, stop that replica's run (it decides: never a job's, never one waiting on
-  someone's answer).
+  someone's answer); in a group, whoever asked for that run may /stop it from here too.
 - `/queue` changes reach every replica's lanes.
 """
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-APPROVAL, QUESTION, STOP, INTERRUPT, MODE = "approval", "question", "stop", "interrupt", "queue_mode"
+APPROVAL, QUESTION, STOP, STARTERS, INTERRUPT, MODE = "approval", "question", "stop", "starters", "interrupt", "queue_mode"
 
 _LANE_HELD = text(
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
@@ -52,9 +52,11 @@ class Elsewhere:
     def __init__(
         self, signals: Signals, storage: Storage, lanes: Lanes[Pending], claims: LaneClaims,
         gate: ApprovalGate, questions: QuestionDesk | None, adapters: Mapping[str, Adapter],
+        run_starters: Mapping[str, frozenset[str]],
     ) -> None:  # fmt: skip
         self.signals = signals
         self._adapters = adapters
+        self._run_starters = run_starters
         self._storage = storage
         self._lanes = lanes
         self._claims = claims
@@ -63,6 +65,7 @@ class Elsewhere:
         signals.serve(APPROVAL, self._decide_here)
         signals.serve(QUESTION, self._answer_here)
         signals.serve(STOP, self._stop_here)
+        signals.serve(STARTERS, self._starters_here)
         signals.serve(INTERRUPT, self._interrupt_here)
         signals.serve(MODE, self._mode_here)
         signals.on_recheck.append(gate.recheck)
@@ -97,6 +100,13 @@ class Elsewhere:
             return False
         return await self.signals.call(STOP, {"key": session_key}) is not None
 
+    async def starters(self, session_key: str) -> frozenset[str]:
+        """Who asked for the session's run on another replica (in a group they may /stop it)."""
+        if not await self.lane_held_elsewhere(session_key):
+            return frozenset()
+        reply = await self.signals.call(STARTERS, {"key": session_key})
+        return frozenset(str(i) for i in (reply or {}).get("starters", ()))
+
     async def interrupt(self, session_key: str) -> None:
         """A message for a session another replica runs, in the interrupt mode."""
         await self.signals.publish(INTERRUPT, {"key": session_key})
@@ -129,6 +139,10 @@ class Elsewhere:
 
     async def _stop_here(self, p: Payload) -> Payload | None:
         return {"stopped": True} if self._lanes.stop(p["key"]) else None
+
+    async def _starters_here(self, p: Payload) -> Payload | None:
+        starters = self._run_starters.get(p["key"])
+        return None if starters is None else {"starters": sorted(starters)}
 
     async def _interrupt_here(self, p: Payload) -> Payload | None:
         key = p["key"]

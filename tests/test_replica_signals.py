@@ -284,3 +284,25 @@ async def test_an_answer_to_a_question_whose_replica_is_gone_resumes_the_task_on
         # task as the next run's words, on B, as after a restart of one process.
         assert "web-2" in str(user_blocks(fake_api.requests[-1].json))
         assert b.app.conversations.lanes.active("main") or await runs_of(b) == 2
+
+
+async def test_in_a_group_who_asked_may_stop_the_answer_on_replica_a_through_replica_b_and_nobody_else(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    from tests.fakes.anthropic_script import Reply, Stall, Text
+    from tests.telegram_harness import BOT_USERNAME, GROUP, MEMBER
+
+    other, key = 78, f"group:telegram:{GROUP}"
+    fake_api.script(Reply(Text("Thinking about your question"), Stall(30)))
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        tg.route_webhook(hook_a)
+        tg.send_group(GROUP, MEMBER, "a long question", mention=True, first_name="Bob")
+        await a.bot_text(GROUP, lambda t: t.startswith("Thinking about your question"))
+        tg.route_webhook(hook_b)
+        tg.send_group(GROUP, other, f"/stop@{BOT_USERNAME}", first_name="Mallory")
+        await b.says(GROUP, "Only the person who asked, my owner or this group's admins can stop this answer.")
+        assert a.app.conversations.lanes.is_busy(key)
+        tg.send_group(GROUP, MEMBER, f"/stop@{BOT_USERNAME}", first_name="Bob")
+        await b.says(GROUP, "Stopped.")
+        await a.app.conversations.lanes.drain()
+        assert not a.app.conversations.lanes.is_busy(key)
