@@ -306,3 +306,25 @@ async def test_in_a_group_who_asked_may_stop_the_answer_on_replica_a_through_rep
         await b.says(GROUP, "Stopped.")
         await a.app.conversations.lanes.drain()
         assert not a.app.conversations.lanes.is_busy(key)
+
+
+async def test_an_approval_decided_on_replica_bs_dashboard_resolves_the_run_on_replica_a(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    from agent_core.approvals import Decision, ResolveOutcome
+    from bot.operations import Actor
+    from bot.roles import Role
+
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        (pending,) = await b.app.storage.pending_approvals()
+        dashboard = Actor(f"telegram:{OWNER}", Role.OWNER, "dashboard")  # as bot/dashboard/server.py acts
+        result = await b.app.conversations.operations.decide(dashboard, pending.id, Decision.DENY)
+        assert result.outcome is ResolveOutcome.RESOLVED and result.elsewhere
+        await first(a, "ok, done")
+        (tool,) = tool_results(fake_api, 1)
+        assert tool.get("is_error") and not (a.workspace / "marker.txt").exists()
+        await a.bot_text(OWNER, lambda t: t.startswith("🔐") and t.endswith("from the dashboard."))
+        again = await b.app.conversations.operations.decide(dashboard, pending.id, Decision.ONCE)
+        assert again.outcome is ResolveOutcome.ALREADY_DECIDED
+        assert tg.message(OWNER, card.message_id).reply_markup is None
