@@ -144,7 +144,7 @@ class CommandHandlers:
         return HELP
 
     async def _cmd_new(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        if self._c.lanes.is_busy(route.session_key):
+        if await self._busy(route.session_key):
             return "I'm in the middle of an answer; /stop it first, then /new."
         actor = chat_actor(inbound.identity, is_owner=route.is_owner)
         await self.operations.new_epoch(actor, _place(inbound, route))
@@ -153,6 +153,12 @@ class CommandHandlers:
         cleared = await self.operations.clear_session_grants(actor, route.session_key)
         note = f" {cleared} 'always allow' permission(s) were reset." if cleared else ""
         return f"Started a fresh session: I won't see the earlier messages of this chat.{note}"
+
+    async def _busy(self, session_key: str) -> bool:
+        """A run of the session is going here, or on another replica (which holds its lane)."""
+        if self._c.lanes.is_busy(session_key):
+            return True
+        return self._c.elsewhere is not None and await self._c.elsewhere.lane_held_elsewhere(session_key)
 
     async def _cmd_stop(self, command: Command, inbound: Inbound, route: Accept) -> str:
         if self._c.lanes.stop(route.session_key):
@@ -182,7 +188,7 @@ class CommandHandlers:
             f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown (no prices with a source configured for this model)",
             f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
             *describe_compaction(*status.compaction, status.transcript),
-            "Busy: yes" if self._c.lanes.is_busy(route.session_key) else "Busy: no",
+            "Busy: yes" if await self._busy(route.session_key) else "Busy: no",
             f"'Always allow' rules: {status.grants}",
         ]
         queued = self._c.lanes.queued(route.session_key)

@@ -215,6 +215,8 @@ async def test_stop_through_replica_b_stops_the_run_on_replica_a(
     async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
         card = await exec_waits_on_a(tg, fake_api, a, hook_a)
         tg.route_webhook(hook_b)
+        tg.send_private(OWNER, "/new")  # B knows the session is busy on A
+        await b.says(OWNER, "I'm in the middle of an answer; /stop it first, then /new.")
         tg.send_private(OWNER, "/stop")
         await b.says(OWNER, "Stopped.")
         await a.app.conversations.lanes.drain()
