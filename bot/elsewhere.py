@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-APPROVAL, QUESTION, STOP, STARTERS, INTERRUPT, MODE = "approval", "question", "stop", "starters", "interrupt", "queue_mode"
+# Signal topics (bot.signals).
+APPROVAL, QUESTION, STOP, STARTERS = "approval", "question", "stop", "starters"
+INTERRUPT, MODE = "interrupt", "queue_mode"
 
 _LANE_HELD = text(
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
