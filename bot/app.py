@@ -403,6 +403,7 @@ async def build(
             elsewhere = Elsewhere(signals, storage, conversations.lanes, claims, gate, questions, conversations.adapters,
                                   conversations.run_starters)
             gate.relay = questions.relay = conversations.elsewhere = elsewhere
+            elsewhere.take_over = conversations.replicas.take_over
             await signals.start()
             stack.push_async_callback(signals.aclose)
         stack.push_async_callback(conversations.jobs.aclose)

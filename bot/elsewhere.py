@@ -18,7 +18,7 @@ the same for the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from sqlalchemy import text
@@ -57,6 +57,8 @@ class Elsewhere:
         run_starters: Mapping[str, frozenset[str]],
     ) -> None:  # fmt: skip
         self.signals = signals
+        self.take_over: Callable[[str], Awaitable[bool]] | None = None
+        """`bot.replicas.Replicas.take_over`: settle a session whose replica died."""
         self._adapters = adapters
         self._run_starters = run_starters
         self._storage = storage
@@ -92,8 +94,13 @@ class Elsewhere:
         # Nobody claimed it: resumed only if its run is alive nowhere. A live run elsewhere
         # (a lost signal) takes the stored answer when it re-reads its row.
         run = await self._storage.get_run(question.run_id)
-        alive = run is not None and run.status == "running" and await self.lane_held_elsewhere(question.session_key)
+        cut = run is not None and run.status == "running"
+        alive = cut and await self.lane_held_elsewhere(question.session_key)
         log.info("question.claimed_nowhere", extra={"question": question.id, "alive": alive})
+        if cut and not alive and self.take_over is not None:
+            # Its replica died holding the session (nobody has taken it over yet): settled
+            # here first, as a restart would, then the answer continues the task here.
+            await self.take_over(question.session_key)
         return alive
 
     async def stop(self, session_key: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -279,13 +280,21 @@ async def test_an_answer_to_a_question_whose_replica_is_gone_resumes_the_task_on
         tg.send_private(OWNER, "restart the server that is down")
         await a.says(OWNER, f"❓ {QUESTION}")
         await a.app.conversations.aclose()  # A stops: its run is cut off, the question kept
+        async with a.app.storage.engine.begin() as conn:  # as kill -9 leaves it: still "running"
+            from sqlalchemy import text
+
+            await conn.execute(text("UPDATE runs SET status = 'running', finished_at = NULL"))
         tg.route_webhook(hook_b)
         tg.send_private(OWNER, "web-2")
-        await b.bot_text(OWNER, lambda t: "Restarting web-2 now." in t, timeout=20)
-        # Its run was stopped with A (the stop wrote its tool result): the answer continues the
+        answer = await b.bot_text(OWNER, lambda t: "Restarting web-2 now." in t, timeout=20)
+        # Its run was cut off with A (the stop wrote its tool result): the answer continues the
         # task as the next run's words, on B, as after a restart of one process.
         assert "web-2" in str(user_blocks(fake_api.requests[-1].json))
-        assert b.app.conversations.lanes.active("main") or await runs_of(b) == 2
+        # A's cut-off run was settled first, as a restart settles it: marked, offered once.
+        offer = await b.bot_text(OWNER, lambda t: t.startswith("I was restarted while working on: restart the"))
+        assert offer.message_id < answer.message_id  # settled before the task went on
+        runs = {r.status for r in await b.app.storage.interrupted_runs(datetime.now(UTC) - timedelta(hours=1))}
+        assert runs == {"interrupted"}
 
 
 async def test_in_a_group_who_asked_may_stop_the_answer_on_replica_a_through_replica_b_and_nobody_else(
