@@ -144,6 +144,15 @@ class InboundHandler(Protocol):
 
 
 @runtime_checkable
+class NamesApprovers(Protocol):
+    """An adapter whose approval cards name who decided (optional)."""
+
+    approver_names: dict[str, str]
+    """Display names by identity, learnt from presses here (or given by the replica the press
+    reached: a card edited here for a press made there still says "by <name>")."""
+
+
+@runtime_checkable
 class SendsNotices(Protocol):
     """An adapter that can send a best-effort notice (optional; `send_text` otherwise)."""
 

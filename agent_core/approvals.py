@@ -3,6 +3,12 @@
 A request is a database row first and a waiting future second, so a decision is resolved
 exactly once (the row's atomic state change decides who wins), survives a restart as a row,
 and expires into a denial.
+
+With several processes on one database (replicas), the run may wait in another process than
+the one a button reaches: `resolve` then hands the decision to that process (`relay`), which
+applies it as its own press would (the "Always" rule and the card's wording live there); a
+decision nobody takes is applied here, as for a run that is gone. A waiter also re-reads its
+row (`recheck`) when told a signal may have been lost.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
 from agent_core.events import ApprovalRequested, ApprovalResolved, Event
 from agent_core.grant_binding import binding_note
@@ -52,6 +59,8 @@ class ResolveOutcome(StrEnum):
 class ResolveResult:
     outcome: ResolveOutcome
     record: ApprovalRecord | None = None
+    elsewhere: bool = False
+    """Applied by the process where the run waits, which shows the outcome on its card."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,17 @@ class GateOutcome:
 
 
 Emit = Callable[[Event], Awaitable[None]]
+
+
+class DecisionRelay(Protocol):
+    """Other processes serving the same approvals (replicas on one database)."""
+
+    async def decide_elsewhere(
+        self, approval_id: str, decision: Decision, by: str, via: str | None
+    ) -> ResolveOutcome | None:
+        """Have the process whose run waits on `approval_id` apply the decision (its
+        `resolve_waiting`); its outcome, or None when no process claims the approval."""
+        ...
 
 # Characters that can hide or rearrange what a terminal, a chat client or a text viewer
 # shows: C0/C1 controls (\r, \b, ESC sequences), format characters (bidi overrides and
@@ -124,6 +144,8 @@ class ApprovalGate:
         the dashboard's inbox refreshes on it."""
         self._grant_rules: dict[str, GrantRule] = {}
         """What "Always allow" stores for a waiting approval; absent → nothing is stored."""
+        self.relay: DecisionRelay | None = None
+        """Set when other processes may hold the waiting run (bot.app wires it)."""
 
     def may_decide(self, identity: str) -> bool:
         return identity in self._approvers
@@ -232,6 +254,31 @@ class ApprovalGate:
     ) -> ResolveResult:
         """Apply a person's decision. Idempotent: a second press changes nothing. `via` says
         where it was made when not on the chat card (the card then says so)."""
+        return await self._resolve(approval_id, decision, by, via, relay=True)
+
+    async def resolve_waiting(
+        self, approval_id: str, decision: Decision, by: str, via: str | None
+    ) -> ResolveOutcome | None:
+        """A decision another process relayed: applied if the run waits here, else None."""
+        if approval_id not in self._waiting:
+            return None
+        return (await self._resolve(approval_id, decision, by, via, relay=False)).outcome
+
+    async def recheck(self) -> None:
+        """Re-read the rows this process waits on: a decision another process stored (its
+        signal lost, or nobody claimed it in time) lets the run go on now."""
+        for approval_id, future in list(self._waiting.items()):
+            if future.done():
+                continue
+            record = await self._store.get_approval(approval_id)
+            if record is None or record.state == "pending" or future.done():
+                continue
+            self._resolvers.setdefault(approval_id, record.resolved_by)
+            future.set_result(Decision(record.state))
+
+    async def _resolve(
+        self, approval_id: str, decision: Decision, by: str, via: str | None, *, relay: bool
+    ) -> ResolveResult:
         record = await self._store.get_approval(approval_id)
         if record is None:
             return ResolveResult(ResolveOutcome.UNKNOWN)
@@ -239,6 +286,13 @@ class ApprovalGate:
             return ResolveResult(ResolveOutcome.NOT_YOURS, record)
         if record.state != "pending":
             return ResolveResult(ResolveOutcome.ALREADY_DECIDED, record)
+        if relay and self.relay is not None and approval_id not in self._waiting:
+            # The run waits in another process (or nowhere): that process decides, with its
+            # "Always" rule; the row's atomic change still decides who wins.
+            outcome = await self.relay.decide_elsewhere(approval_id, decision, by, via)
+            if outcome is not None:
+                self._changed()
+                return ResolveResult(outcome, await self._store.get_approval(approval_id), elsewhere=True)
         rule = self._grant_rules.get(approval_id)
         if decision is Decision.ALWAYS and rule is None:
             # Nothing may be granted here (e.g. exec in a group): record what really holds,

@@ -6,6 +6,11 @@ question row is still pending and `resume` is called to continue from the stored
 Only the addressee answers, by text or button: anyone else's press is refused, and their
 text is an ordinary message that never stops the waiting run (`waiting_in`), even in the
 `interrupt` queue mode.
+
+With several processes on one database (replicas), the run may wait in another process than
+the one the answer reaches: the answer is stored in the question's row, and `relay` tells
+the waiting process, which takes it from the row (`take_answer`; `recheck` when a signal may
+have been lost). Only a question whose run waits nowhere is resumed.
 """
 
 from __future__ import annotations
@@ -80,6 +85,15 @@ class ChoiceMessenger(Protocol):
     async def send_choices(self, text: str, choices: Sequence[tuple[str, str]]) -> str: ...
 
 
+class AnswerRelay(Protocol):
+    """Other processes serving the same questions (replicas on one database)."""
+
+    async def answer_elsewhere(self, question: Question) -> bool:
+        """`question` was just answered (its row closed with the answer): whether its run
+        waits in another process, which now goes on (False: it waits nowhere, resume it)."""
+        ...
+
+
 Resume = Callable[[Question, str, str], Awaitable[None]]
 """(question, answer, identity): continue a run a restart cut off, from its transcript."""
 
@@ -95,6 +109,9 @@ class QuestionDesk:
         self._waiting: dict[str, asyncio.Future[tuple[str, str]]] = {}
         self._sessions: dict[str, str] = {}  # question id → session, while a run waits on it
         self.resume: Resume | None = None
+        self.relay: AnswerRelay | None = None
+        """Set when other processes may hold the waiting run (bot.app wires it); questions
+        are then asked elsewhere too, so no session is ever known to have none."""
         self._closing = False
         # Sessions known to have no pending question: every message asks, and questions are
         # only created here, so a "none" stays true until this desk asks in that session.
@@ -157,7 +174,8 @@ class QuestionDesk:
             return "none"
         question = await self._store.pending_question(session_key)
         if question is None:
-            self._none[session_key] = None
+            if self.relay is None:
+                self._none[session_key] = None
             while len(self._none) > _NONE_KEPT:
                 self._none.popitem(last=False)
             return "none"
@@ -180,6 +198,24 @@ class QuestionDesk:
         outcome = await self._settle(question, choice, identity)
         return (outcome != "none"), (f"✓ {choice}" if outcome != "none" else STALE)
 
+    async def take_answer(self, question_id: str) -> bool:
+        """Another process stored the answer to `question_id`: whether a run waits on it
+        here (it goes on with the stored answer)."""
+        future = self._waiting.get(question_id)
+        if future is None:
+            return False
+        if not future.done():
+            question = await self._store.get_question(question_id)
+            if question is not None and question.state == "answered" and not future.done():
+                future.set_result((question.answer or "", question.answered_by or question.addressee))
+        return True
+
+    async def recheck(self) -> None:
+        """Re-read the questions runs wait on here: an answer stored by another process
+        (its signal lost) lets the run go on now."""
+        for question_id in list(self._waiting):
+            await self.take_answer(question_id)
+
     async def _settle(self, question: Question, text: str, identity: str) -> AnswerOutcome:
         if not await self._store.close_question(question.id, "answered", text, identity):
             return "none"  # answered a moment ago (a double press)
@@ -187,6 +223,8 @@ class QuestionDesk:
         if future is not None and not future.done():
             future.set_result((text, identity))
             return "answered"
+        if self.relay is not None and await self.relay.answer_elsewhere(question):
+            return "answered"  # the run waits in another process: it goes on there
         if self.resume is not None:
             await self.resume(question, text, identity)
         return "resumed"

@@ -49,6 +49,8 @@ from bot.lean_imports import hidden
 from bot.lane_claims import LaneClaims
 from bot.leadership import Leadership
 from bot.replicas import Replicas
+from bot.elsewhere import Elsewhere
+from bot.signals import Signals
 from bot.exec_sandbox import exec_sandbox
 from bot.logs import RedactSecrets
 from bot.mcp_servers import McpManager
@@ -400,9 +402,18 @@ async def build(
         conversations.speech = speech(settings.tts)
         questions.resume = conversations.resume_question
         if recover and shared:
-            conversations.replicas = Replicas(conversations, LaneClaims(storage.engine))
+            claims = LaneClaims(storage.engine)
+            conversations.replicas = Replicas(conversations, claims)
             # One Discord gateway session / one Telegram poller for all replicas (adapters.lead).
             conversations.leads = functools.partial(Leadership, storage.engine)
+            # Presses, answers and /stop reach the replica where the run waits (LISTEN/NOTIFY).
+            signals = Signals(storage.engine.url)
+            elsewhere = Elsewhere(signals, storage, conversations.lanes, claims, gate, questions, conversations.adapters,
+                                  conversations.run_starters)
+            gate.relay = questions.relay = conversations.elsewhere = elsewhere
+            elsewhere.take_over = conversations.replicas.take_over
+            await signals.start()
+            stack.push_async_callback(signals.aclose)
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs
             await scheduler.start()

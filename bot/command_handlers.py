@@ -46,6 +46,10 @@ class CommandHandlers:
         if inbound.chat_kind == "group":
             starters = self._c.run_starters.get(route.session_key, frozenset())
             refusal = await self.group_policy.refusal(command, inbound, starters)
+            if refusal is not None and command.name == "stop" and self._c.elsewhere is not None:
+                # The run may be another replica's: whoever asked for it may stop it from here.
+                starters = await self._c.elsewhere.starters(route.session_key)
+                refusal = await self.group_policy.refusal(command, inbound, starters) if starters else refusal
             if refusal is not None:
                 await self.audit_access(inbound, f"/{command.name}", "denied", route.session_key, kind="command")
                 return refusal
@@ -140,7 +144,7 @@ class CommandHandlers:
         return HELP
 
     async def _cmd_new(self, command: Command, inbound: Inbound, route: Accept) -> str:
-        if self._c.lanes.is_busy(route.session_key):
+        if await self._busy(route.session_key):
             return "I'm in the middle of an answer; /stop it first, then /new."
         actor = chat_actor(inbound.identity, is_owner=route.is_owner)
         await self.operations.new_epoch(actor, _place(inbound, route))
@@ -150,9 +154,17 @@ class CommandHandlers:
         note = f" {cleared} 'always allow' permission(s) were reset." if cleared else ""
         return f"Started a fresh session: I won't see the earlier messages of this chat.{note}"
 
+    async def _busy(self, session_key: str) -> bool:
+        """A run of the session is going here, or on another replica (which holds its lane)."""
+        if self._c.lanes.is_busy(session_key):
+            return True
+        return self._c.elsewhere is not None and await self._c.elsewhere.lane_held_elsewhere(session_key)
+
     async def _cmd_stop(self, command: Command, inbound: Inbound, route: Accept) -> str:
         if self._c.lanes.stop(route.session_key):
             return "Stopped."
+        if self._c.elsewhere is not None and await self._c.elsewhere.stop(route.session_key):
+            return "Stopped."  # the run was on another replica
         return "Nothing is running."
 
     async def _cmd_status(self, command: Command, inbound: Inbound, route: Accept) -> str:
@@ -176,7 +188,7 @@ class CommandHandlers:
             f"Cost: ≈ ${cost:.4f}" if cost is not None else "Cost: unknown (no prices with a source configured for this model)",
             f"Context: {len(transcript)} messages, ≈ {context_tokens:,} tokens",
             *describe_compaction(*status.compaction, status.transcript),
-            "Busy: yes" if self._c.lanes.is_busy(route.session_key) else "Busy: no",
+            "Busy: yes" if await self._busy(route.session_key) else "Busy: no",
             f"'Always allow' rules: {status.grants}",
         ]
         queued = self._c.lanes.queued(route.session_key)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from bot.media import MediaIntake
     from bot.tts import OpenAISpeech
     from bot.replicas import Replicas
+    from bot.elsewhere import Elsewhere
     from agent_core.plans import PlanBook
     from agent_core.questions import Question, QuestionDesk
     from agent_core.workers import WorkerPool
@@ -189,6 +190,8 @@ class Conversations:
         session's next run or /retry (their inbox rows stay queued, so a restart retries)."""
         self.replicas: Replicas | None = None
         """Set when other replicas may serve the database (bot.replicas): lanes are claimed."""
+        self.elsewhere: Elsewhere | None = None
+        """With replicas: /stop and interrupts for runs another replica holds (bot.elsewhere)."""
 
     # --- InboundHandler -------------------------------------------------------------
     async def receive(self, inbound: Inbound) -> bool:
@@ -426,7 +429,10 @@ class Conversations:
         if self.replicas is not None and not await self.replicas.take(key, pending.inbox_id):
             # Another replica runs this session (or already has this message): it answers
             # from the inbox, in order.
-            notice = queue_modes.BUSY_NOTICE[self.lanes.mode_of(key)]
+            mode = self.lanes.mode_of(key)
+            if self.elsewhere is not None and mode == "interrupt" and pending.job is None and acknowledge:
+                await self.elsewhere.interrupt(key)  # the holder stops its run, as here
+            notice = queue_modes.BUSY_NOTICE[mode]
             if acknowledge and notice and not self.replicas.known(pending.inbox_id):
                 await self._notify(inbound, notice)
             return True

@@ -156,6 +156,18 @@ class Lanes(Generic[T]):
         if lane.interrupt_pending:
             self._interrupt(lane)
 
+    def interrupt(self, key: str) -> bool:
+        """A message another replica queued for this session in interrupt mode: the running
+        run stops as `submit` would stop it (once it has stored its message; not a run
+        whose answer is complete). The caller checks the mode and a waiting question."""
+        lane = self._lanes.get(key)
+        if lane is None or lane.current is None or lane.answered:
+            return False
+        lane.interrupt_pending = True
+        if lane.started:
+            self._interrupt(lane)
+        return True
+
     @staticmethod
     def _interrupt(lane: _Lane[T]) -> None:
         lane.interrupt_pending = False

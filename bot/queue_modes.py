@@ -53,6 +53,8 @@ async def queue_command(c: ChatHost, command: Command, inbound: Inbound, route: 
     place = SessionPlace(key, route.scope.value, inbound.platform, inbound.chat_id)
     await c.operations.set_queue_mode(chat_actor(inbound.identity, is_owner=route.is_owner), place, mode)
     c.lanes.set_mode(key, mode)
+    if c.elsewhere is not None:  # the replica running this session decides by it too
+        await c.elsewhere.mode_changed(key, mode)
     now = c.lanes.mode_of(key)
     return f"Queue mode: {now} — {DESCRIPTIONS[now]}."
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from agent_core.plans import PlanBook
     from agent_core.questions import QuestionDesk
     from bot.commands import Command
+    from bot.elsewhere import Elsewhere
     from bot.lanes import Lanes
     from bot.operations import Actor, Operations
     from bot.pending import Pending
@@ -65,6 +66,7 @@ class ChatHost(Protocol):
     gate: ApprovalGate
     operations: Operations
     registry: Registry
+    elsewhere: Elsewhere | None
 
     async def receive(self, inbound: Inbound) -> bool: ...
 

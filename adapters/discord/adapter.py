@@ -176,6 +176,8 @@ class DiscordAdapter(StartsOnce):
         self._outbox: Outbox | None = None
         self._ctx: ReplyContext | None = None
         self._handler: InboundHandler | None = None
+        self.approver_names: dict[str, str] = {}
+        """`adapters.base.NamesApprovers`: the cards' names, by identity."""
         self._me: BotIdentity | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -222,6 +224,7 @@ class DiscordAdapter(StartsOnce):
         self._outbox = Outbox(clock=self._clock, sleep=self._sleep)
         await self._outbox.start()
         cards = DiscordCards(self._outbox, on_card=handler.note_approval_card)
+        cards.names = self.approver_names
         client.on_approval_press = ApprovalPresses(cards, handler.decide)
         client.on_action_press = self._action
         self._ctx = ReplyContext(client, self._outbox, cards, handler, self._clock, self._sleep, self._interval)

@@ -227,7 +227,7 @@ class ApprovalPresses:
         record, live = result.record, self._cards.is_live(press.approval_id)
         match result.outcome:
             case ResolveOutcome.RESOLVED:
-                if record is not None and not live:  # no run renders this card any more
+                if record is not None and not live and not result.elsewhere:  # no run renders this card any more
                     await _show(interaction, record_text(record, self._cards.who(record.resolved_by)))
             case ResolveOutcome.NOT_YOURS:
                 await _tell(interaction, NOT_YOURS)
@@ -235,7 +235,7 @@ class ApprovalPresses:
                 if record is None:
                     await _tell(interaction, "This approval was already decided.")
                     return
-                if not live:
+                if not live and not result.elsewhere:  # else the run's own replica shows it
                     await _show(interaction, record_text(record, self._cards.who(record.resolved_by)))
                 if record.state == "expired":
                     await _tell(interaction, "This approval expired — nothing was run.")

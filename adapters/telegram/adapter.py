@@ -161,6 +161,8 @@ class TelegramAdapter(StartsOnce):
         self._tasks: set[asyncio.Task[None]] = set()
         self._ctx: ReplyContext | None = None
         self._callbacks: CallbackHandler | None = None
+        self.approver_names: dict[str, str] = {}
+        """`adapters.base.NamesApprovers`: the cards' names, by identity."""
         self._codec = CallbackCodec()
         self._handler: InboundHandler | None = None
         self._me: BotIdentity | None = None
@@ -193,6 +195,7 @@ class TelegramAdapter(StartsOnce):
         self._outbox = Outbox(clock=self._clock, sleep=self._sleep)
         await self._outbox.start()
         cards = ApprovalCards(self._outbox, self._codec, on_card=handler.note_approval_card)
+        cards.names = self.approver_names
         self._ctx = ReplyContext(
             bot, self._outbox, cards, handler, self._clock, self._sleep, *self._intervals
         )

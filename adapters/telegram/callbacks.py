@@ -98,7 +98,7 @@ class CallbackHandler:
         record, live = result.record, self._cards.is_live(press.approval_id)
         match result.outcome:
             case ResolveOutcome.RESOLVED:
-                if record is not None and not live:
+                if record is not None and not live and not result.elsewhere:
                     await self._show_record(query, record)
                 return Answer(outcome_text(press.decision.value, None) + ".")
             case ResolveOutcome.NOT_YOURS:
@@ -106,7 +106,7 @@ class CallbackHandler:
             case ResolveOutcome.ALREADY_DECIDED:
                 if record is None:
                     return Answer("This approval was already decided.", alert=True)
-                if not live:
+                if not live and not result.elsewhere:  # else the run's own replica shows it
                     await self._show_record(query, record)
                 if record.state == "expired":
                     return Answer("This approval expired — nothing was run.", alert=True)

@@ -100,7 +100,7 @@ class FakeTelegram(InboundMixin, WebhookMixin):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._http: aiohttp.ClientSession | None = None
-        self._hook_queue: asyncio.Queue[JSON] | None = None
+        self._hook_queue: asyncio.Queue[tuple[JSON, str | None]] | None = None
         self._poll_event: asyncio.Event | None = None
         self._hook_task: asyncio.Task[None] | None = None
         self._startup_error: BaseException | None = None

@@ -27,8 +27,15 @@ class WebhookMixin(InspectMixin):
 
     _loop: asyncio.AbstractEventLoop | None
     _http: aiohttp.ClientSession | None
-    _hook_queue: asyncio.Queue[JSON] | None
+    _hook_queue: asyncio.Queue[tuple[JSON, str | None]] | None
     _hook_retry_s: float | None = None
+    _hook_route: str | None = None
+
+    def route_webhook(self, url: str | None) -> None:
+        """A load balancer in front of several webhook servers (replicas): updates made from
+        now on are POSTed to ``url`` instead of the URL setWebhook set (None: back to it)."""
+        with self._cond:
+            self._hook_route = url
 
     def retry_failed_webhooks(self, after_s: float | None) -> None:
         """POST an update again ``after_s`` after a failed POST (no answer or not 2xx), until
@@ -41,17 +48,20 @@ class WebhookMixin(InspectMixin):
 
     def _to_webhook(self, update: JSON) -> None:
         if self._loop is not None and self._hook_queue is not None:
-            self._loop.call_soon_threadsafe(self._hook_queue.put_nowait, copy.deepcopy(update))
+            item = (copy.deepcopy(update), self._hook_route)
+            self._loop.call_soon_threadsafe(self._hook_queue.put_nowait, item)
 
     async def _webhook_worker(self) -> None:
         assert self._hook_queue is not None
         while True:
-            update = await self._hook_queue.get()
+            update, route = await self._hook_queue.get()
             with self._cond:
                 hook = copy.copy(self._world.webhook)
                 if not hook.url:  # webhook removed meanwhile: back to getUpdates
                     self._deliver(update)
                     continue
+                if route is not None:
+                    hook.url = route
             status = await self._post(update, hook.url, hook.secret_token)
             while status is None or not 200 <= status < 300:
                 with self._cond:
