@@ -152,6 +152,9 @@ class CompactionCall:
     """What the flush and summary calls spent (even a failed attempt's): the run counts it."""
     context_window_tokens: int | None = None
     """The window of the model this run uses (agent_core.models); None: the config's."""
+    repaired: list[dict[str, Any]] | None = None
+    """`transcript.repair(stored)` when the caller has it already (repair is deterministic):
+    the history sent when nothing is compacted yet, without repairing the epoch twice."""
 
 
 def estimate_tokens(*parts: Any) -> int:
@@ -267,7 +270,7 @@ class Compactor:
         latest, attempt = await self._store.compaction_state(call.session_key)
         if latest is not None and latest.covered > len(call.stored):
             latest = None  # stale (cannot happen within one epoch; be safe)
-        history = self._view(latest, call.stored)
+        history = call.repaired if latest is None and call.repaired is not None else self._view(latest, call.stored)
         history_chars = size_of(history)  # what windowing measures; dumped once per run
         raw_tokens = (self._fixed_chars(call) + history_chars) // 4
         tokens = int(raw_tokens * self._ratio.get(call.session_key, 1.0))
