@@ -64,7 +64,10 @@ def test_writes_and_reads_are_the_ones_sqlalchemy_makes(tmp_path: Path) -> None:
         engine = create_engine(f"sqlite:///{path}")
         Base.metadata.create_all(engine)
         with engine.begin() as conn:
-            runner: Any = conn if name == "plain" else PreparedConnection(conn)
+            runner: Any = conn
+            if name == "prepared":
+                runner = PreparedConnection(conn)
+                runner.begin_batch()  # as SqliteRunner does before each batch of bodies
             writes = _writes(runner, "-1") + _writes(runner, "-2")
             selects = [runner.execute(_SELECT_INBOX, {"chat": chat}) for chat in ("-2", "-2", "-3")]
             rows = [result.all() for result in selects[:2]]

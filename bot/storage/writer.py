@@ -111,7 +111,7 @@ class SqliteRunner:
         self._engine = _sqlite_sync_engine(url)
         self._serial = serial
         self._conn: Connection | None = None
-        self._bodies_conn: Connection | None = None
+        self._prepared: PreparedConnection | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="roost-sqlite")
         self._waiting: list[tuple[TxBody[Any], asyncio.Future[Any]]] = []
         self._committer: asyncio.Task[None] | None = None
@@ -173,8 +173,9 @@ class SqliteRunner:
         raises _Busy at once if another connection holds the write lock."""
         conn = self._connection()
         driver = _driver(conn)
-        prepared = self._bodies_conn
+        prepared = self._prepared
         assert prepared is not None
+        prepared.begin_batch()
         if wait:
             driver.execute(f"PRAGMA busy_timeout={storage_engine.SQLITE_BUSY_TIMEOUT_MS}")
         try:
@@ -184,7 +185,7 @@ class SqliteRunner:
                 if not wait and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                     raise _Busy from exc
                 raise
-            return self._run_bodies(conn, driver, bodies, prepared)
+            return self._run_bodies(conn, driver, bodies, cast(Connection, prepared))
         except Exception:
             raise  # the batch's own error, as it is (the clauses below are for the rest)
         except (KeyboardInterrupt, SystemExit):
@@ -231,7 +232,7 @@ class SqliteRunner:
         if self._conn is None:
             self._conn = self._engine.connect()
             # The bodies' statements straight on the driver, compiled once (bot.storage.prepared).
-            self._bodies_conn = cast(Connection, PreparedConnection(self._conn))
+            self._prepared = PreparedConnection(self._conn)
             mode = _driver(self._conn).execute("PRAGMA journal_mode").fetchone()
             self._on_loop = bool(mode) and str(mode[0]).lower() == "wal"
         return self._conn
@@ -256,7 +257,7 @@ class SqliteRunner:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-            self._bodies_conn = None
+            self._prepared = None
         self._engine.dispose()
 
     async def aclose(self) -> None:
