@@ -10,12 +10,12 @@ SQLAlchemy would apply, in the compiled order, straight to the sqlite3 connectio
 SELECT's rows come back as a SQLAlchemy `Result` (`IteratorResult`) with the columns' own
 result processors, keys and lookup objects, as `Connection.execute` would give them.
 
-Only what needs nothing more is taken: a SELECT or single-table INSERT/UPDATE/DELETE
-without RETURNING, column defaults computed in Python, expanding or literal parameters, a
-schema translation or execution options (bar the ORM's `synchronize_session`), and no
-cursor-level event listeners on the engine (tracing sees every statement). Everything else
-goes to `Connection.execute` unchanged. Errors keep SQLAlchemy's types: a driver error is
-wrapped as `Connection.execute` wraps it (`DBAPIError` subclasses), and parameters a bind
+Only what needs nothing more is taken: a SELECT or an INSERT/UPDATE/DELETE without
+RETURNING, column defaults computed in Python, expanding or literal parameters, a schema
+translation or execution options (bar the ORM's `synchronize_session`), while no execution
+event listener is on the connection or its engine (looked up at the start of each batch of
+bodies: tracing sees every statement). Everything else goes to `Connection.execute`
+unchanged. Errors keep SQLAlchemy's types: a driver error is wrapped as `Connection.execute` wraps it (`DBAPIError` subclasses), and parameters a bind
 processor refuses go to `Connection.execute`, which raises its own error for them (nothing
 was executed yet).
 """
