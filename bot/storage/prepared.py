@@ -15,9 +15,9 @@ RETURNING, column defaults computed in Python, expanding or literal parameters, 
 translation or execution options (bar the ORM's `synchronize_session`), while no execution
 event listener is on the connection or its engine (looked up at the start of each batch of
 bodies: tracing sees every statement). Everything else goes to `Connection.execute`
-unchanged. Errors keep SQLAlchemy's types: a driver error is wrapped as `Connection.execute` wraps it (`DBAPIError` subclasses), and parameters a bind
-processor refuses go to `Connection.execute`, which raises its own error for them (nothing
-was executed yet).
+unchanged. Errors keep SQLAlchemy's types: a driver error is wrapped as `Connection.execute`
+wraps it (`DBAPIError` subclasses), and parameters a bind processor refuses go to
+`Connection.execute`, which raises its own error for them (nothing was executed yet).
 """
 
 from __future__ import annotations
