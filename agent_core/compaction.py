@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from agent_core.events import Usage
 from agent_core.llm import LLMClient, LLMRequest, MessageComplete, TextChunk
+from agent_core.text import json_text
 from agent_core.transcript import repair, size_of, window
 
 log = logging.getLogger(__name__)
@@ -342,7 +343,7 @@ class Compactor:
         cached one, so its size is computed once per tool set."""
         if self._tools_size[0] is not call.tools:
             self._tools_size = (call.tools, len(json.dumps(call.tools, ensure_ascii=False)))
-        return self._tools_size[1] + len(json.dumps([call.system, call.incoming], ensure_ascii=False))
+        return self._tools_size[1] + len(json_text([call.system, call.incoming]))
 
     def _due(
         self, tokens: int, attempt: CompactionRecord | None, near_window: bool = False, window_tokens: int | None = None
