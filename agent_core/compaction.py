@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from agent_core.events import Usage
 from agent_core.llm import LLMClient, LLMRequest, MessageComplete, TextChunk
+from agent_core.text import json_text
 from agent_core.transcript import repair, size_of, window
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,9 @@ class CompactionCall:
     """What the flush and summary calls spent (even a failed attempt's): the run counts it."""
     context_window_tokens: int | None = None
     """The window of the model this run uses (agent_core.models); None: the config's."""
+    repaired: list[dict[str, Any]] | None = None
+    """`transcript.repair(stored)` when the caller has it already (repair is deterministic):
+    the history sent when nothing is compacted yet, without repairing the epoch twice."""
 
 
 def estimate_tokens(*parts: Any) -> int:
@@ -267,7 +271,7 @@ class Compactor:
         latest, attempt = await self._store.compaction_state(call.session_key)
         if latest is not None and latest.covered > len(call.stored):
             latest = None  # stale (cannot happen within one epoch; be safe)
-        history = self._view(latest, call.stored)
+        history = call.repaired if latest is None and call.repaired is not None else self._view(latest, call.stored)
         history_chars = size_of(history)  # what windowing measures; dumped once per run
         raw_tokens = (self._fixed_chars(call) + history_chars) // 4
         tokens = int(raw_tokens * self._ratio.get(call.session_key, 1.0))
@@ -339,7 +343,7 @@ class Compactor:
         cached one, so its size is computed once per tool set."""
         if self._tools_size[0] is not call.tools:
             self._tools_size = (call.tools, len(json.dumps(call.tools, ensure_ascii=False)))
-        return self._tools_size[1] + len(json.dumps([call.system, call.incoming], ensure_ascii=False))
+        return self._tools_size[1] + len(json_text([call.system, call.incoming]))
 
     def _due(
         self, tokens: int, attempt: CompactionRecord | None, near_window: bool = False, window_tokens: int | None = None

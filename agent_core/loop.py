@@ -198,7 +198,9 @@ class AgentLoop:
             if self.compactor is not None:
                 # agent_core.compaction: the latest summary + newer turns; compacts first
                 # (silently, within this run, under a timeout) when the context nears the window.
-                history = await self._compacted(request, model, system, tool_defs, stored, content, ctx, state, emit)
+                history = await self._compacted(
+                    request, model, system, tool_defs, stored, content, ctx, state, emit, repaired=history
+                )
 
                 async def recompact(messages: list[dict[str, Any]], window_tokens: int | None = None) -> None:
                     assert self.compactor is not None
@@ -260,7 +262,9 @@ class AgentLoop:
         self, request: RunRequest, model: str, system: list[dict[str, Any]], tool_defs: list[dict[str, Any]],
         stored: list[dict[str, Any]], content: list[dict[str, Any]], ctx: ToolContext, state: _RunState,
         emit: Callable[[Event], Any], window_tokens: int | None = None,
+        repaired: list[dict[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
+        """`repaired`: `repair(stored)`, when the caller made it (nothing has changed it since)."""
         assert self.compactor is not None
 
         async def silent_tools(uses: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -275,7 +279,7 @@ class AgentLoop:
 
         call = CompactionCall(
             request.session_key, model, system, tool_defs, stored, content, silent_tools, state.budget,
-            context_window_tokens=window_tokens or self.models(model).context_window,
+            context_window_tokens=window_tokens or self.models(model).context_window, repaired=repaired,
         )
         try:
             history = await self.compactor.prepare(call)

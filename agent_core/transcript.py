@@ -8,10 +8,11 @@ sent, never separating a `tool_use` from its `tool_result`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
+
+from agent_core.text import json_text
 
 INTERRUPTED_RESULT = "No result: the run was interrupted before this tool finished."
 
@@ -157,7 +158,9 @@ def size_of(messages: list[dict[str, Any]]) -> int:
 
 
 def _size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False)) - _media_excess(value)
+    text = json_text(value)
+    # Only a base64 source has an excess, and its JSON says so: the walk is skipped otherwise.
+    return len(text) - (_media_excess(value) if '"base64"' in text else 0)
 
 
 IMAGE_CHARS = 6_400

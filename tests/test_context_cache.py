@@ -475,6 +475,33 @@ def test_cached_context_is_the_uncached_context(tmp_path: Path, key: str, scope:
             assert build_context(tmp_path, key, scope, NOW, log_upto=log_upto, cache=cache) == plain
 
 
+@pytest.mark.parametrize("key,scope", [("main", Scope.MAIN), (GROUP, Scope.SUB)])
+def test_a_log_cut_before_its_first_byte_is_left_out_without_touching_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, scope: Scope
+) -> None:
+    """A conversation that began before today's log did (LogCutoffs gives 0 bytes): the
+    context has the clock and no log, and building it lstats, confines and opens nothing
+    for the log (it runs for every message)."""
+    _populate(tmp_path)
+    append_entry(tmp_path, key, NOW, "CANARY_TODAY")
+    with_cache = ReadCache(clock=Clock.old())
+    expected = [build_context(tmp_path, key, scope, NOW, log_upto=0, cache=c) for c in (None, with_cache)]
+    log_rel = log_path(tmp_path, key, NOW.date()).relative_to(tmp_path).as_posix()
+    real = {name: getattr(context_module, name) for name in ("snapshot", "confine")}
+
+    def guarded(name: str):  # noqa: ANN202
+        def call(root: object, rel: object, *args: object, **kwargs: object) -> object:
+            assert not str(rel).endswith(log_rel), f"{name} touched today's log"
+            return real[name](root, rel, *args, **kwargs)
+        return call
+
+    for name in real:
+        monkeypatch.setattr(context_module, name, guarded(name))
+    for context, cache in zip(expected, (None, with_cache), strict=True):
+        assert "CANARY_TODAY" not in context.volatile and "Today's log" not in context.volatile
+        assert build_context(tmp_path, key, scope, NOW, log_upto=0, cache=cache) == context
+
+
 def test_cache_is_bounded(tmp_path: Path) -> None:
     _populate(tmp_path)
     cache = ReadCache(clock=Clock.old(), capacity=3, char_budget=60)

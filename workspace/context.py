@@ -219,6 +219,11 @@ def _read(
     and the descriptor opened is the file lstat saw; a missing path is None at the cost of
     the lstat that found it missing. Everything else, and every refusal, goes through the
     slow path (`_read_checked`)."""
+    if upto == 0:
+        # Shown as ending before its first byte: nothing, whatever the file holds or whoever
+        # asks (every path below gives None). Today's log of a conversation that began
+        # before the log did, the common case: no lstat, no open.
+        return None
     if cache is None:
         return _read_checked(root, rel, access, keep, real_root, upto)[0]
     now = cache.now()  # before the lstat: a change after it is stamped later than this

@@ -17,6 +17,7 @@ the folder sits outside `memory/` so that it is never part of memory search.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import re
@@ -33,11 +34,13 @@ _SAFE = re.compile(r"[a-z0-9-]")
 _MAX_SLUG = 80
 
 
+@functools.lru_cache(maxsize=4096)
 def log_dir_for(session_key: str) -> Path:
     """Directory of a session's daily logs, relative to the workspace root.
 
     Raises ValueError for a key that is not `main`, `group:<platform>:<chat>[:<thread>]` or
-    `dm:<platform>:<user>` (empty parts are rejected too).
+    `dm:<platform>:<user>` (empty parts are rejected too). Cached: every run appends to its
+    log and the context reads it, and the slug costs more than the append.
     """
     if session_key == MAIN_KEY:
         return Path(MEMORY_DIR)

@@ -113,8 +113,12 @@ class RepositoryBase:
         (bot.storage.writer): the way of the transactions every message goes through."""
         if self._closed:
             raise StorageClosed("storage is closed")
-        with _values_refused_as_value_error():
+        try:  # _values_refused_as_value_error, inline: several of these run per message
             return await self._runner.run(body)
+        except StatementError as exc:
+            if not isinstance(exc, DBAPIError) and isinstance(exc.orig, ValueError):
+                raise exc.orig from exc
+            raise
 
     def _now(self) -> datetime:
         now = self._clock()

@@ -12,7 +12,9 @@ trip through the Session machinery: ~1.5–2 ms of CPU per transaction, which he
   its own SAVEPOINT so one body's failure rolls back only its own writes. Every caller hears
   back only after the COMMIT that made its writes durable. The repository's `serial` lock is
   held around each batch, as around every transaction on aiosqlite's connection, so the two
-  never contend for SQLite's write lock.
+  never contend for SQLite's write lock. The bodies' statements run straight on the sqlite3
+  connection, compiled once (bot.storage.prepared): SQLAlchemy's per-statement execution
+  machinery cost more CPU than SQLite's own work.
   On the loop because a hand-off to a thread per batch cost more than the batch: the GIL
   makes the two threads take turns, and each turn is a futex round and cold caches (about a
   third of the CPU per message; bench/bench_core.py). What could make SQLite wait never
@@ -39,7 +41,7 @@ import contextlib
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event
@@ -49,6 +51,7 @@ from sqlalchemy.pool import NullPool
 
 from bot.storage import engine as storage_engine
 from bot.storage.engine import is_memory_sqlite
+from bot.storage.prepared import PreparedConnection
 
 T = TypeVar("T")
 TxBody = Callable[[Connection], T]
@@ -108,6 +111,7 @@ class SqliteRunner:
         self._engine = _sqlite_sync_engine(url)
         self._serial = serial
         self._conn: Connection | None = None
+        self._prepared: PreparedConnection | None = None
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="roost-sqlite")
         self._waiting: list[tuple[TxBody[Any], asyncio.Future[Any]]] = []
         self._committer: asyncio.Task[None] | None = None
@@ -169,6 +173,9 @@ class SqliteRunner:
         raises _Busy at once if another connection holds the write lock."""
         conn = self._connection()
         driver = _driver(conn)
+        prepared = self._prepared
+        assert prepared is not None
+        prepared.begin_batch()
         if wait:
             driver.execute(f"PRAGMA busy_timeout={storage_engine.SQLITE_BUSY_TIMEOUT_MS}")
         try:
@@ -178,7 +185,7 @@ class SqliteRunner:
                 if not wait and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
                     raise _Busy from exc
                 raise
-            return self._run_bodies(conn, driver, bodies)
+            return self._run_bodies(conn, driver, bodies, cast(Connection, prepared))
         except Exception:
             raise  # the batch's own error, as it is (the clauses below are for the rest)
         except (KeyboardInterrupt, SystemExit):
@@ -193,11 +200,14 @@ class SqliteRunner:
             if wait:
                 driver.execute("PRAGMA busy_timeout=0")
 
-    def _run_bodies(self, conn: Connection, driver: Any, bodies: list[TxBody[Any]]) -> list[Outcome]:
+    def _run_bodies(
+        self, conn: Connection, driver: Any, bodies: list[TxBody[Any]], prepared: Connection
+    ) -> list[Outcome]:
+        """`prepared`: `conn` as the bodies see it (bot.storage.prepared)."""
         if len(bodies) == 1:  # alone: no savepoint needed, its failure rolls back the whole
             try:
                 with conn.begin():
-                    return [(True, bodies[0](conn))]
+                    return [(True, bodies[0](prepared))]
             except Exception as exc:
                 return [(False, exc)]
         outcomes: list[Outcome] = []
@@ -207,7 +217,7 @@ class SqliteRunner:
             for body in bodies:
                 driver.execute("SAVEPOINT body")
                 try:
-                    value = body(conn)
+                    value = body(prepared)
                 except Exception as exc:
                     driver.execute("ROLLBACK TO body")
                     outcomes.append((False, exc))
@@ -221,6 +231,8 @@ class SqliteRunner:
         lock); on the loop from then on if the database is in WAL mode."""
         if self._conn is None:
             self._conn = self._engine.connect()
+            # The bodies' statements straight on the driver, compiled once (bot.storage.prepared).
+            self._prepared = PreparedConnection(self._conn)
             mode = _driver(self._conn).execute("PRAGMA journal_mode").fetchone()
             self._on_loop = bool(mode) and str(mode[0]).lower() == "wal"
         return self._conn
@@ -245,6 +257,7 @@ class SqliteRunner:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+            self._prepared = None
         self._engine.dispose()
 
     async def aclose(self) -> None:
