@@ -100,8 +100,6 @@ class InboxRow:
     state: InboxState
     session_key: str | None
     run_id: str | None
-    received_by: str | None = None
-    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +127,7 @@ def _row(m: InboxModel) -> InboxRow:
         update_id=m.update_id,
         **_media_of(m.media),
     )
-    return InboxRow(m.id, message, m.state, m.session_key, m.run_id, m.received_by, m.updated_at)  # type: ignore[arg-type]
+    return InboxRow(m.id, message, m.state, m.session_key, m.run_id)  # type: ignore[arg-type]
 
 
 def _media_of(stored: Any) -> dict[str, Any]:
