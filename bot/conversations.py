@@ -202,6 +202,8 @@ class Conversations:
     async def take(self, inbound: Inbound) -> Taken | None:
         """Store durably; None for a duplicate (see `adapters.base.InboundHandler.take`)."""
         inbound = cleaned(inbound)
+        if self.replicas is not None:  # the row is this replica's to route while it lives
+            await self.replicas.identify()
         # Durable first: the update is marked seen in the transaction that stores the
         # message, so nothing marked seen can be lost by a crash (see bot.storage.inbox).
         inbox_id = await self.storage.receive_inbound(InboxMessage.of(inbound))

@@ -11,6 +11,10 @@ Locks are a routing hint backed by the database: the inbox rows a run answers ar
 conditionally (`Storage.claim_inbound_for_run`), so even two replicas that both believe they hold a
 lane (a lock connection that died unnoticed) answer each message once.
 
+The same connection holds the replica's identity lock (`identity`): the rows a replica
+stores stay its own to route while it lives, and `alive` tells another replica whether it
+still does (its lock went with its connection).
+
 On SQLite (one process, bot.instance_lock) every claim succeeds and nothing is locked.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -39,6 +44,7 @@ class LaneClaims:
         self._conn: AsyncConnection | None = None
         self._lock = asyncio.Lock()  # one statement at a time on the connection
         self._held: set[str] = set()
+        self._identity: str | None = None
         self._closed = False
 
     def holds(self, key: str) -> bool:
@@ -80,6 +86,45 @@ class LaneClaims:
                 log.warning("lane.release_failed", extra={"session": key, "error": type(exc).__name__})
                 await self._lost()
 
+    async def identity(self) -> str | None:
+        """This replica's name while it lives: a fresh one locked on the lane connection (a
+        new one after that connection was lost, when others may have taken the old one's
+        rows). None on SQLite, or when the server is away."""
+        if not self.shared or self._identity is not None:
+            return self._identity
+        async with self._lock:
+            if self._identity is None and not self._closed:
+                name = uuid.uuid4().hex
+                if await self._try_lock(replica_lock_key(name)):
+                    self._identity = name
+            return self._identity
+
+    async def alive(self, replica: str) -> bool:
+        """Whether the replica that named itself `replica` still lives (holds its lock);
+        True when that cannot be told (the server is away): its rows are left alone."""
+        if not self.shared or replica == self._identity:
+            return True
+        key = replica_lock_key(replica)
+        async with self._lock:
+            if self._closed or not await self._try_lock(key):
+                return True
+            with contextlib.suppress(Exception):  # the lock goes with the connection anyway
+                assert self._conn is not None
+                async with asyncio.timeout(TIMEOUT_S):
+                    await self._conn.scalar(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            return False
+
+    async def _try_lock(self, key: int) -> bool:
+        """`pg_try_advisory_lock` on the lane connection (the caller holds `_lock`)."""
+        try:
+            conn = await self._connection()
+            async with asyncio.timeout(TIMEOUT_S):
+                return bool(await conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}))
+        except Exception as exc:  # the server is away
+            log.warning("lane.lock_failed", extra={"error": type(exc).__name__})
+            await self._lost()
+            return False
+
     async def _connection(self) -> AsyncConnection:
         if self._conn is None:
             assert self._engine is not None
@@ -92,6 +137,7 @@ class LaneClaims:
         """The connection failed: the server released every lock on it."""
         conn, self._conn = self._conn, None
         self._held.clear()
+        self._identity = None
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.invalidate()
@@ -101,6 +147,7 @@ class LaneClaims:
         async with self._lock:
             self._closed = True
             self._held.clear()
+            self._identity = None
             conn, self._conn = self._conn, None
             if conn is not None:
                 with contextlib.suppress(Exception):
@@ -111,3 +158,8 @@ class LaneClaims:
 
 def _key(session_key: str) -> int:
     return advisory_key(f"lane:{session_key}")
+
+
+def replica_lock_key(name: str) -> int:
+    """The advisory lock a live replica named `name` holds (`LaneClaims.identity`)."""
+    return advisory_key(f"replica:{name}")

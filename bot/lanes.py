@@ -241,10 +241,9 @@ class Lanes(Generic[T]):
             except Exception:  # the database is away: what is here runs, the rest waits there
                 log.warning("lane.refill_failed", extra={"session": key}, exc_info=True)
                 more = []
-            if more:
-                lane.queue.extend(more)
-                if self.order is not None:
-                    lane.queue.sort(key=self.order)
+            lane.queue.extend(more)
+            if self.order is not None:  # also what was submitted here while refill looked
+                lane.queue.sort(key=self.order)
         return bool(lane.queue)
 
     async def drain(self) -> None:

@@ -185,12 +185,18 @@ async def test_rolling_restart_sigterm_hands_the_queue_to_the_other_replica(
             ended(b, signal.SIGTERM)
 
 
-async def advisory_locks(url: str) -> int:
+async def advisory_locks(url: str, name: str) -> int:
+    """How many replicas hold the advisory lock `bot.leadership.advisory_key(name)`."""
+    from bot.leadership import advisory_key
+
+    key = advisory_key(name) & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows it as two unsigned halves
     conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
     try:
         return int(await conn.fetchval(
             "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND a.datname = $1", make_url(url).database,
+            "WHERE l.locktype = 'advisory' AND l.granted AND a.datname = $1 "
+            "AND l.classid::text::bigint = $2 AND l.objid::text::bigint = $3",
+            make_url(url).database, key >> 32, key & 0xFFFF_FFFF,
         ))  # fmt: skip
     finally:
         await conn.close()
@@ -210,7 +216,7 @@ async def test_scheduler_leader_killed_two_seconds_before_a_due_time_the_job_fir
         b = None
         try:
             await logged(log_a, "Roost is running")
-            assert await advisory_locks(url) == 1  # A leads: the only lock is the scheduler's
+            assert await advisory_locks(url, "scheduler") == 1  # A leads
             b, _, log_b = replica(tmp_path, "b", url, tg, fake_api)
             await logged(log_b, "Roost is running")
             due = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)

@@ -133,11 +133,6 @@ async def test_three_replicas_answer_each_message_once_in_each_chats_order(
                  if isinstance(b, dict) and b.get("type") == "text" for t in TOKEN.findall(b.get("text", ""))]
         assert sorted(given) == sorted(t for tokens in sent.values() for t in tokens)
         assert await started[0][0].app.storage.inbox_rows({"queued", "running", "received"}) == []
+        # In each chat's order, whichever replica stored or routed each message.
         disordered = {chat: got[chat] for chat in chats if got[chat] != sent[chat]}
-        if disordered:  # in order: the part not yet held (issue 21 stays open for it)
-            pytest.xfail(
-                "KNOWN BUG: per-chat order across replicas. Telegram confirms an update once its row "
-                "is stored and routes it afterwards in the chat's worker (adapters/telegram/intake.py), "
-                "so a row routed on one replica can reach the lane holder before an older row of the "
-                f"same chat another replica stored but has not routed yet: {disordered}"
-            )
+        assert not disordered, f"answered out of the chat's order: {disordered}"

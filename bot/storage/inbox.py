@@ -8,6 +8,10 @@ run `run_id`) → `done` (the run's outcome is stored). Messages that are not fo
 Exactly once across a crash: a `running` row whose run appended its user message to the
 transcript was answered (or is marked interrupted by the delivery recovery), so it becomes
 `done`; a `running` row whose run never got that far goes back to `queued`.
+
+With replicas on one PostgreSQL (bot.replicas) a `received` row also names the replica that
+stored it (`received_by`), so that a dead replica's unrouted rows can be taken over
+(`adopt_inbound`) while a live one's are left to it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import bindparam, delete, insert, or_, select, update
+from sqlalchemy import bindparam, delete, insert, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -96,6 +100,16 @@ class InboxRow:
     state: InboxState
     session_key: str | None
     run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionQueue:
+    """A session's queue as one statement saw it (bot.replicas): its `queued` rows and the
+    `received` (not yet routed) rows of its chats that are older than the newest of them —
+    rows that may still join the session and must not be overtaken."""
+
+    queued: list[InboxRow]
+    unrouted: list[InboxRow]
 
 
 def _row(m: InboxModel) -> InboxRow:
@@ -185,7 +199,9 @@ def set_inbox_state(
     conn.execute(_state_update(session_key is not None, run_id is not None), rows[0] if len(rows) == 1 else rows)
 
 
-def insert_inbound(conn: Connection, dialect: str, message: InboxMessage, now: datetime) -> int | None:
+def insert_inbound(
+    conn: Connection, dialect: str, message: InboxMessage, now: datetime, received_by: str | None = None
+) -> int | None:
     """`receive_inbound`'s transaction body."""
     if message.update_id is not None:
         seen = conn.execute(
@@ -206,6 +222,7 @@ def insert_inbound(conn: Connection, dialect: str, message: InboxMessage, now: d
         "update_id": message.update_id,
         "media": _media_json(message),
         "state": "received",
+        "received_by": received_by,
         "received_at": message.received_at,
         "updated_at": now,
     }
@@ -224,12 +241,15 @@ def claim_statement(ids: Sequence[int], run_id: str, now: datetime) -> Any:
 
 
 class InboxRepository(RepositoryBase):
+    received_by: str | None = None
+    """The replica this process is, stamped on the rows it stores (set by bot.replicas)."""
+
     async def receive_inbound(self, message: InboxMessage) -> int | None:
         """Store the message (`received`) and mark its update seen, in one transaction, so an
         update marked seen always has its message stored. Returns the row id, or None when
         the update was seen before (a redelivery: nothing is stored)."""
-        now = self._now()
-        return await self._transact(lambda conn: insert_inbound(conn, self._dialect, message, now))
+        now, by = self._now(), self.received_by
+        return await self._transact(lambda conn: insert_inbound(conn, self._dialect, message, now, by))
 
     async def queue_inbound(self, inbox_id: int, session_key: str) -> None:
         """The message was accepted for `session_key`: it waits for a run."""
@@ -298,6 +318,64 @@ class InboxRepository(RepositoryBase):
                 .where(InboxModel.session_key == session_key, InboxModel.state == "queued")
                 .order_by(InboxModel.id)
             )
+            return [_row(m) for m in rows]
+
+    async def session_queue(self, session_key: str) -> SessionQueue:
+        """The session's `queued` rows and the unrouted rows that must go before some of them
+        (see `SessionQueue`), in one statement, so one snapshot: a row queued after it was
+        taken is not in it, and every older row of its chat is (stored before it)."""
+        chats = (
+            select(InboxModel.platform, InboxModel.chat_id)
+            .where(InboxModel.session_key == session_key, InboxModel.state == "queued")
+        )
+        async with self._tx() as s:
+            rows = [
+                _row(m)
+                for m in await s.scalars(
+                    select(InboxModel)
+                    .where(
+                        or_(
+                            (InboxModel.session_key == session_key) & (InboxModel.state == "queued"),
+                            (InboxModel.state == "received") & tuple_(InboxModel.platform, InboxModel.chat_id).in_(chats),
+                        )
+                    )
+                    .order_by(InboxModel.id)
+                )
+            ]
+        queued = [r for r in rows if r.state == "queued"]
+        newest = queued[-1].id if queued else 0
+        return SessionQueue(queued, [r for r in rows if r.state == "received" and r.id < newest])
+
+    async def unrouted_owners(self, before: datetime) -> set[str | None]:
+        """The replicas (None: unknown) that stored `received` rows last touched before
+        `before`: rows their replica should have routed by now."""
+        async with self._tx() as s:
+            owners = await s.scalars(
+                select(InboxModel.received_by)
+                .where(InboxModel.state == "received", InboxModel.updated_at < before)
+                .distinct()
+            )
+            return set(owners)
+
+    async def adopt_inbound(self, owner: str | None, by: str, before: datetime) -> list[InboxRow]:
+        """Take over the `received` rows `owner` (a replica gone; None: unknown) stored before
+        `before`: they become `by`'s to route, oldest first. Conditional, so of two replicas
+        adopting at once each row goes to one."""
+        now = self._now()
+        stamp = InboxModel.received_by.is_(None) if owner is None else InboxModel.received_by == owner
+        async with self._tx() as s:
+            ids = list(
+                await s.scalars(
+                    update(InboxModel)
+                    .where(InboxModel.state == "received", InboxModel.updated_at < before, stamp)
+                    .values(received_by=by, updated_at=now)
+                    .returning(InboxModel.id)
+                    .execution_options(synchronize_session=False)
+                )
+            )
+            if not ids:
+                return []
+            rows = await s.scalars(select(InboxModel).where(InboxModel.id.in_(ids)).order_by(InboxModel.id))
             return [_row(m) for m in rows]
 
     async def waiting_sessions(self) -> list[str]:

@@ -286,6 +286,8 @@ class InboxModel(Base):
     session_key: Mapped[str | None] = mapped_column(String(255))
     state: Mapped[str] = mapped_column(String(16))
     run_id: Mapped[str | None] = mapped_column(String(64))
+    received_by: Mapped[str | None] = mapped_column(String(64))
+    """The replica that stored (or took over) a `received` row (bot.replicas); None in one process."""
     received_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
