@@ -320,15 +320,18 @@ class ApprovalGate:
             future.set_result(decision)
         return ResolveResult(ResolveOutcome.RESOLVED, await self._store.get_approval(approval_id))
 
-    async def expire_orphans(self) -> list[ApprovalRecord]:
+    async def expire_orphans(self, run_ids: Collection[str] | None = None) -> list[ApprovalRecord]:
         """At start-up: approvals left pending by a previous process can never be answered
-        (their run is gone), so they are expired and returned for their cards to be edited."""
+        (their run is gone), so they are expired and returned for their cards to be edited.
+        With `run_ids`, only those runs' (a dead replica's runs, taken over by this one)."""
         expired = []
         for record in await self._store.pending_approvals():
-            if record.id in self._waiting:
+            if record.id in self._waiting or (run_ids is not None and record.run_id not in run_ids):
                 continue
             if await self._store.resolve_approval(record.id, "expired", None, self._now()):
                 expired.append(record)
+        if expired:
+            self._changed()
         return expired
 
 

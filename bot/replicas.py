@@ -51,6 +51,8 @@ from bot.scheduling.refs import job_ref
 from bot.session_keys import scope_of
 
 if TYPE_CHECKING:
+    from agent_core.approvals import ApprovalGate
+    from agent_core.ports import ApprovalRecord
     from bot.lanes import Lanes
     from bot.router import Router
     from bot.storage import Storage
@@ -63,8 +65,11 @@ class Host(Protocol):
     storage: Storage
     router: Router
     lanes: Lanes[Pending]
+    gate: ApprovalGate
 
     async def recover_deliveries(self, run_ids: set[str] | None = None) -> int: ...
+
+    async def close_expired_cards(self, records: list[ApprovalRecord]) -> None: ...
 
     async def handle(self, taken: Taken) -> bool: ...
 
@@ -201,6 +206,8 @@ class Replicas:
             # messages settled as a restart settles them.
             cut = await self.c.storage.mark_interrupted_runs(session_key=key)
             if cut:
+                # Its runs' approvals can never be answered now: expired, cards closed.
+                await self.c.close_expired_cards(await self.c.gate.expire_orphans({r.id for r in cut}))
                 await self.c.recover_deliveries({r.id for r in cut})
             settled = await self.c.storage.recover_session_inbox(key)
             if settled or cut:

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, Stall, Text, reply_text, user_blocks
+from tests.fakes.anthropic_script import Reply, Stall, Text, ToolUse, reply_text, reply_tools, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
 from tests.telegram_harness import OWNER, TOKEN, free_port, tg  # noqa: F401  (fixture)
@@ -245,3 +245,48 @@ async def test_scheduler_leader_killed_two_seconds_before_a_due_time_the_job_fir
             ended(a, signal.SIGKILL)
             if b is not None:
                 ended(b, signal.SIGTERM)
+
+
+async def test_replica_killed_while_its_run_waits_on_an_approval_the_card_expires_and_nothing_runs(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """The approval of a run a dead replica held can never be answered (nobody waits for it):
+    the replica taking the session over expires it and closes its card, so no button is left
+    that seems to approve something, and the dashboard's inbox does not keep it for ever."""
+    fake_api.script(reply_tools(ToolUse("exec", {"command": "echo ran >> marker.txt"})), reply_text("ok, done"))
+    async with fresh_postgres_database() as url:
+        a, hook_a, log_a = replica(tmp_path, "a", url, tg, fake_api)
+        b, _, log_b = replica(tmp_path, "b", url, tg, fake_api)
+        db = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
+        try:
+            await logged(log_a, "Roost is running")
+            await logged(log_b, "Roost is running")
+            assert await tg.apost_to_webhook(dm(1, "write the marker"), url=hook_a, secret=SECRET) == 200
+            card = await tg.await_for(lambda: next((m for m in tg.bot_messages(OWNER) if "🔐" in (m.text or "")), None),
+                                      timeout=30)
+            assert card.reply_markup is not None
+            assert await db.fetchval("SELECT state FROM approvals") == "pending"
+            deadline = time.monotonic() + 10  # the card's place is noted just after it is sent
+            while await db.fetchval("SELECT chat_ref FROM approvals") is None:
+                assert time.monotonic() < deadline, "the card's place was never noted"
+                await asyncio.sleep(0.05)  # timing-ok: re-check another process's row
+            ended(a, signal.SIGKILL)
+            killed = time.monotonic()
+
+            def closed() -> bool:
+                shown = tg.message(OWNER, card.message_id)
+                return shown.reply_markup is None and "Expired" in (shown.text or "")
+
+            await tg.await_for(closed, timeout=15)
+            assert time.monotonic() - killed <= 10
+            assert await db.fetchval("SELECT state FROM approvals") == "expired"
+            await tg.await_for(lambda: any((m.text or "").startswith("I was restarted while working on")
+                                           for m in tg.bot_messages(OWNER)), timeout=10)
+            texts = [m.text or "" for m in tg.bot_messages(OWNER)]
+            assert sum(t.startswith("I was restarted while working on") for t in texts) == 1, texts  # offered once
+            assert not (tmp_path / "workspace" / "marker.txt").exists()
+            assert len(fake_api.requests) == 1
+        finally:
+            await db.close()
+            ended(a, signal.SIGKILL)
+            ended(b, signal.SIGTERM)
