@@ -384,6 +384,11 @@ async def build(
                 storage, storage, owners=settings.owners, approvers=settings.approvers, config_groups=config_groups
             ),
         )
+        # With replicas, the signal channel outlives the conversations: closing them (lanes
+        # released) is the last thing told to the other replicas.
+        signals = Signals(storage.engine.url) if recover and shared else None
+        if signals is not None:
+            stack.push_async_callback(signals.aclose)
         stack.push_async_callback(conversations.aclose)
         conversations.lanes.load_modes(await storage.queue_modes())  # each session's /queue choice
         conversations.breakers = breakers
@@ -407,13 +412,13 @@ async def build(
             # One Discord gateway session / one Telegram poller for all replicas (adapters.lead).
             conversations.leads = functools.partial(Leadership, storage.engine)
             # Presses, answers and /stop reach the replica where the run waits (LISTEN/NOTIFY).
-            signals = Signals(storage.engine.url)
+            assert signals is not None
             elsewhere = Elsewhere(signals, storage, conversations.lanes, claims, gate, questions, conversations.adapters,
                                   conversations.run_starters)
             gate.relay = questions.relay = conversations.elsewhere = elsewhere
             elsewhere.take_over = conversations.replicas.take_over
+            elsewhere.on_released, conversations.replicas.released = conversations.replicas.wake, elsewhere.released
             await signals.start()
-            stack.push_async_callback(signals.aclose)
         stack.push_async_callback(conversations.jobs.aclose)
         if recover:  # a terminal beside `roost run` never fires jobs
             await scheduler.start()

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 # Signal topics (bot.signals).
 APPROVAL, QUESTION, STOP, STARTERS = "approval", "question", "stop", "starters"
-INTERRUPT, MODE = "interrupt", "queue_mode"
+INTERRUPT, MODE, RELEASED = "interrupt", "queue_mode", "lanes_released"
 
 _LANE_HELD = text(
     "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
@@ -72,6 +72,9 @@ class Elsewhere:
         signals.serve(STARTERS, self._starters_here)
         signals.serve(INTERRUPT, self._interrupt_here)
         signals.serve(MODE, self._mode_here)
+        signals.serve(RELEASED, self._released_here)
+        self.on_released: Callable[[], None] | None = None
+        """`bot.replicas.Replicas.wake`: look for sessions nobody holds now."""
         signals.on_recheck.append(gate.recheck)
         if questions is not None:
             signals.on_recheck.append(questions.recheck)
@@ -120,6 +123,10 @@ class Elsewhere:
         """A message for a session another replica runs, in the interrupt mode."""
         await self.signals.publish(INTERRUPT, {"key": session_key})
 
+    async def released(self) -> None:
+        """This replica let its sessions go (a graceful stop): the others take them now."""
+        await self.signals.publish(RELEASED, {})
+
     async def mode_changed(self, session_key: str, mode: str | None) -> None:
         await self.signals.publish(MODE, {"key": session_key, "mode": mode})
 
@@ -158,6 +165,11 @@ class Elsewhere:
         held = self._questions is not None and self._questions.waiting_in(key)
         if self._lanes.mode_of(key) == "interrupt" and not held:
             self._lanes.interrupt(key)
+        return None
+
+    async def _released_here(self, p: Payload) -> Payload | None:
+        if self.on_released is not None:
+            self.on_released()
         return None
 
     async def _mode_here(self, p: Payload) -> Payload | None:

@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
@@ -111,6 +111,9 @@ class Replicas:
         self.sweeps = 0
         """Sweeps completed (for views and tests)."""
         self._sweeper: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self.released: Callable[[], Awaitable[None]] | None = None
+        """Tells the other replicas this one let its sessions go (`wake` there)."""
         self._stopped = False
         lanes = conversations.lanes
         lanes.refill = self._refill
@@ -244,8 +247,13 @@ class Replicas:
                     log.exception("inbox.adopted_route_failed", extra={"inbox": row.id})
         return adopted
 
+    def wake(self) -> None:
+        """Sweep now: another replica let its sessions go (a graceful stop said so)."""
+        self._wake.set()
+
     async def _sweep(self) -> None:
         while True:
+            self._wake.clear()  # a wake from here on means one more sweep
             try:
                 await self.adopt_unrouted()
                 for key in await self.c.storage.waiting_sessions():
@@ -254,7 +262,8 @@ class Replicas:
             except Exception:  # the database is away: the next sweep tries again
                 log.warning("replicas.sweep_failed", exc_info=True)
             self.sweeps += 1
-            await asyncio.sleep(self.sweep_s)  # timing-ok: the sweep period itself
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.sweep_s)  # the period, or a wake
 
     async def stop(self) -> None:
         """Shutting down: no session is taken any more (held ones stay until `aclose`)."""
@@ -267,4 +276,12 @@ class Replicas:
 
     async def aclose(self) -> None:
         await self.stop()
+        had = self.claims.held()
         await self.claims.aclose()
+        if had and self.released is not None:
+            # The others sweep now rather than within `sweep_s`: a rolling restart's queued
+            # messages are answered at once. Lost, the sweep still finds them.
+            try:
+                await self.released()
+            except Exception:
+                log.warning("replicas.release_not_told", exc_info=True)

@@ -339,3 +339,25 @@ async def test_an_approval_decided_on_replica_bs_dashboard_resolves_the_run_on_r
         again = await b.app.conversations.operations.decide(dashboard, pending.id, Decision.ONCE)
         assert again.outcome is ResolveOutcome.ALREADY_DECIDED
         assert tg.message(OWNER, card.message_id).reply_markup is None
+
+
+async def test_a_replica_stopping_gracefully_tells_the_others_who_answer_its_queue_without_waiting_for_a_sweep(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """Rolling restart: the stopping replica lets its sessions go and says so; the message
+    waiting for it is answered by the other at once, not at its next sweep (here a minute)."""
+    async with two_replicas(tmp_path, tg, fake_api) as [(a, hook_a), (b, hook_b)]:
+        await exec_waits_on_a(tg, fake_api, a, hook_a)
+        tg.route_webhook(hook_b)
+        tg.send_private(OWNER, "and then the milk")
+        replicas = b.app.conversations.replicas
+        assert replicas is not None
+        await tg.await_for(lambda: replicas.sweeps >= 1)
+        replicas.sweep_s = 60.0  # from the next wait on: only a wake sweeps within the test
+        swept = replicas.sweeps
+        await tg.await_for(lambda: replicas.sweeps > swept, timeout=10)
+        await a.app.conversations.aclose()  # SIGTERM's path: runs stopped, sessions let go
+        stopped = time.monotonic()
+        await first(b, "ok, done")
+        assert time.monotonic() - stopped < 15
+        assert any("and then the milk" in str(blk) for blk in user_blocks(fake_api.requests[-1].json))
