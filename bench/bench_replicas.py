@@ -17,8 +17,9 @@ waits in the inbox. Then A lets go — killed with -9, or stopped with SIGTERM (
 restart) — and the figure is the time from that to B's answer to the waiting message. The
 third case is an idle lane: A answered and let the lane go; the figure is from a message
 reaching B to B's answer (B takes the lane at once). p50/p95 over `--trials` sessions. A lane
-let go with messages waiting is found by B's sweep (every `bot.replicas.SWEEP_S`), so the
-first two figures are that period's half on average, plus the take-over itself.
+freed by a kill -9 is found by B's sweep (every `bot.replicas.SWEEP_S`), so that figure is
+the period's half on average plus the take-over; a replica stopping gracefully says it let its
+lanes go (a signal) and B sweeps at once.
 """
 
 from __future__ import annotations
