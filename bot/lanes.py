@@ -125,6 +125,13 @@ class Lanes(Generic[T]):
             if mode in QUEUE_MODES:
                 self._modes[key] = mode  # type: ignore[assignment]
 
+    async def take_in(self, key: str) -> None:
+        """Bring what other replicas queued for the running session into its lane, in order
+        (a steering run takes them too, not only what reached this replica)."""
+        lane = self._lanes.get(key)
+        if lane is not None and self.refill is not None:
+            await self._refilled(key, lane)
+
     def take_queued(self, key: str, accept: Callable[[T], bool] = lambda _: True) -> list[T]:
         """For a steering run: remove and return the queued items it may take, in order,
         up to the first it may not (order is kept: nothing overtakes an item left queued)."""

@@ -79,6 +79,7 @@ def steer_hook(
     async def steer() -> list[dict[str, Any]]:
         if c.lanes.mode_of(key) != "steer":
             return []
+        await c.lanes.take_in(key)  # with replicas: what reached the others first, in order
         # A message with files waits for the next run: fetching them, or a transcription that
         # fails, has no place between two tool calls.
         taken = c.lanes.take_queued(key, lambda p: p.job is None and not p.inbound.attachments)

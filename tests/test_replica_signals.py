@@ -10,8 +10,10 @@ balancer would.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,19 @@ async def two_replicas(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, **o
                 workspace=tmp_path / "workspace", **overrides,
             ))  # fmt: skip
             started.append((h, hook))
+        for h, _ in started:  # a start-up sweep could otherwise take the test's first session
+            replicas = h.app.conversations.replicas
+            assert replicas is not None
+            await until(lambda: replicas.sweeps >= 1)
         yield started
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    """Wait for a condition of an app (not of the fake, whose `await_for` wakes on its events)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout} s"
+        await asyncio.sleep(0.02)  # timing-ok: re-check an app's counter
 
 
 def buttons(message: StoredMessage) -> dict[str, str]:
@@ -352,12 +366,35 @@ async def test_a_replica_stopping_gracefully_tells_the_others_who_answer_its_que
         tg.send_private(OWNER, "and then the milk")
         replicas = b.app.conversations.replicas
         assert replicas is not None
-        await tg.await_for(lambda: replicas.sweeps >= 1)
+        await until(lambda: replicas.sweeps >= 1)
         replicas.sweep_s = 60.0  # from the next wait on: only a wake sweeps within the test
         swept = replicas.sweeps
-        await tg.await_for(lambda: replicas.sweeps > swept, timeout=10)
+        await until(lambda: replicas.sweeps > swept, timeout=10)
         await a.app.conversations.aclose()  # SIGTERM's path: runs stopped, sessions let go
         stopped = time.monotonic()
         await first(b, "ok, done")
         assert time.monotonic() - stopped < 15
         assert any("and then the milk" in str(blk) for blk in user_blocks(fake_api.requests[-1].json))
+
+
+async def test_steer_mode_a_steering_run_on_replica_a_takes_what_reached_replica_b_first_in_order(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """Steer mode with replicas: the run takes, at its next step, the messages written while
+    it worked — also those another replica took in — in the order they were written."""
+    async with two_replicas(tmp_path, tg, fake_api, agent={"queue_mode": "steer"}) as [(a, hook_a), (b, hook_b)]:
+        card = await exec_waits_on_a(tg, fake_api, a, hook_a)
+        tg.route_webhook(hook_b)
+        tg.send_private(OWNER, "older: use the blue folder")
+        await tg.await_for(lambda: any("into the answer" in (m.text or "") for m in tg.bot_messages(OWNER)))
+        tg.route_webhook(hook_a)
+        tg.send_private(OWNER, "newer: and name it today")
+        await tg.await_for(lambda: len([m for m in tg.bot_messages(OWNER) if "into the answer" in (m.text or "")]) >= 2)
+        query = tg.press_button(OWNER, card.message_id, OWNER, buttons(card)["✅ Approve once"], first_name="Olivia")
+        await answered(tg, query)
+        await first(a, "ok, done")
+        steered = str(user_blocks(fake_api.requests[1].json))  # the call after the tool ran
+        assert "older: use the blue folder" in steered and "newer: and name it today" in steered, steered
+        assert steered.index("older: use the blue folder") < steered.index("newer: and name it today")
+        await a.app.conversations.lanes.drain()
+        assert len(fake_api.requests) == 2  # both in that answer, nothing answered again
