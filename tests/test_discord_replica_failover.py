@@ -10,10 +10,8 @@ saw their chat, only the dead leader's saved cursor knows where it was left.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,33 +26,18 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Reply, Text, last_user_text
 from tests.fakes.discord_api import FakeDiscord
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
-from tests.test_replica_failover import ended, logged
+from tests.replica_support import ended, logged, roost_process
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
 def replica(tmp_path: Path, name: str, url: str, dc: FakeDiscord, llm: FakeAnthropic) -> tuple[subprocess.Popen[bytes], Path]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
-    env.update(
-        ROOST_HOME=str(tmp_path / name),
-        ROOST_WORKSPACE=str(tmp_path / "workspace"),
-        ROOST_DATABASE_URL=url,
-        ROOST_OWNERS=f'["discord:{OWNER}"]',
-        ROOST_AGENT__MODEL="claude-test",
-        ROOST_AGENT__MAX_RETRIES="0",
-        ROOST_DISCORD__API_BASE=dc.api_base,
-        ROOST_DISCORD__GATEWAY_URL=dc.gateway_url,
-        ROOST_DISCORD__ALLOWED_CHANNELS=f'["{CHANNEL}"]',
-        DISCORD_BOT_TOKEN=TOKEN,
-        ANTHROPIC_API_KEY="test-key",
-        ANTHROPIC_BASE_URL=llm.base_url,
-    )
-    log = tmp_path / f"{name}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env, stdout=out, stderr=out)
-    return process, log
+    return roost_process(tmp_path, name, url, llm, {
+        "ROOST_OWNERS": f'["discord:{OWNER}"]',
+        "ROOST_DISCORD__API_BASE": dc.api_base,
+        "ROOST_DISCORD__GATEWAY_URL": dc.gateway_url,
+        "ROOST_DISCORD__ALLOWED_CHANNELS": f'["{CHANNEL}"]',
+        "DISCORD_BOT_TOKEN": TOKEN,
+    })  # fmt: skip
 
 
 async def settled(url: str, channel: str, at_least: str, timeout: float = 20) -> None:

@@ -7,99 +7,40 @@ cut-off reply in place, offers to continue it once, and answers the queue once, 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, Stall, Text, ToolUse, reply_text, reply_tools, user_blocks
+from tests.fakes.anthropic_script import Reply, Stall, Text, ToolUse, reply_text, reply_tools
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
+from tests.replica_support import SECRET, dm, ended, inbox_states, logged, roost_process, texts_answer, until
 from tests.telegram_harness import OWNER, TOKEN, free_port, tg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
 
-ROOT = Path(__file__).resolve().parent.parent
-SECRET = "replica-secret_0123456789"
 SLOW_START = "Let me think about this carefully, it will take a while."
-
-
-def texts_answer(body: dict[str, Any]) -> Reply:
-    texts = [b["text"] for b in user_blocks(body) if isinstance(b, dict) and b.get("type") == "text"]
-    return reply_text("answer to " + " | ".join(texts))
-
-
-def dm(update_id: int, text: str) -> dict[str, Any]:
-    return {"update_id": update_id, "message": {
-        "message_id": update_id, "date": int(time.time()), "text": text,
-        "chat": {"id": OWNER, "type": "private", "first_name": "Olivia"},
-        "from": {"id": OWNER, "is_bot": False, "first_name": "Olivia"},
-    }}  # fmt: skip
 
 
 def replica(tmp_path: Path, name: str, url: str, tg: FakeTelegram, llm: FakeAnthropic) -> tuple[subprocess.Popen[bytes], str, Path]:
     port = free_port()
     hook = f"http://127.0.0.1:{port}/tg/hook"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
-    env.update(
-        ROOST_HOME=str(tmp_path / name),
-        ROOST_WORKSPACE=str(tmp_path / "workspace"),
-        ROOST_DATABASE_URL=url,
-        ROOST_OWNERS=f'["telegram:{OWNER}"]',
-        ROOST_AGENT__MODEL="claude-test",
-        ROOST_AGENT__MAX_RETRIES="0",
-        ROOST_TELEGRAM__BASE_URL=tg.base_url,
-        ROOST_TELEGRAM__MODE="webhook",
-        ROOST_TELEGRAM__WEBHOOK_URL=hook,
-        ROOST_TELEGRAM__WEBHOOK_LISTEN=f"127.0.0.1:{port}",
-        ROOST_TELEGRAM__WEBHOOK_SECRET=SECRET,
-        TELEGRAM_BOT_TOKEN=TOKEN,
-        ANTHROPIC_API_KEY="test-key",
-        ANTHROPIC_BASE_URL=llm.base_url,
-    )
-    log = tmp_path / f"{name}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env, stdout=out, stderr=out)
+    process, log = roost_process(tmp_path, name, url, llm, {
+        "ROOST_OWNERS": f'["telegram:{OWNER}"]',
+        "ROOST_TELEGRAM__BASE_URL": tg.base_url,
+        "ROOST_TELEGRAM__MODE": "webhook",
+        "ROOST_TELEGRAM__WEBHOOK_URL": hook,
+        "ROOST_TELEGRAM__WEBHOOK_LISTEN": f"127.0.0.1:{port}",
+        "ROOST_TELEGRAM__WEBHOOK_SECRET": SECRET,
+        "TELEGRAM_BOT_TOKEN": TOKEN,
+    })  # fmt: skip
     return process, hook, log
-
-
-async def logged(log: Path, text: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in log.read_text():
-        assert time.monotonic() < deadline, log.read_text()
-        await asyncio.sleep(0.05)  # timing-ok: re-check another process's log
-
-
-async def inbox(url: str, expected: list[tuple[str, str]], timeout: float = 20) -> None:
-    conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            rows = [tuple(r) for r in await conn.fetch("SELECT text, state FROM inbox WHERE state != 'done' ORDER BY id")]
-            if rows == expected:
-                return
-            assert time.monotonic() < deadline, f"inbox is {rows}, expected {expected}"
-            await asyncio.sleep(0.05)  # timing-ok: re-check a condition in the database
-    finally:
-        await conn.close()
-
-
-def ended(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
-        process.send_signal(sig)
-        process.wait(30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
 
 
 async def test_replica_killed_mid_answer_the_other_marks_it_offers_once_and_answers_the_queue_once(
@@ -118,9 +59,9 @@ async def test_replica_killed_mid_answer_the_other_marks_it_offers_once_and_answ
             # One message through the other replica (it cannot take the session: queued in
             # the inbox), one through the busy one; then A dies with both waiting.
             assert await tg.apost_to_webhook(dm(2, "second: the milk"), url=hook_b, secret=SECRET) == 200
-            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued")])
+            await inbox_states(url, [("first: what should I buy?", "running"), ("second: the milk", "queued")])
             assert await tg.apost_to_webhook(dm(3, "third: the eggs"), url=hook_a, secret=SECRET) == 200
-            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued"),
+            await inbox_states(url, [("first: what should I buy?", "running"), ("second: the milk", "queued"),
                               ("third: the eggs", "queued")])  # fmt: skip
             ended(a, signal.SIGKILL)
             killed = time.monotonic()
@@ -133,7 +74,7 @@ async def test_replica_killed_mid_answer_the_other_marks_it_offers_once_and_answ
             await tg.await_for(lambda: any(
                 (m.text or "").startswith(SLOW_START) and (m.text or "") != SLOW_START for m in tg.bot_messages(OWNER)
             ), timeout=10)  # the cut-off reply is marked in place
-            await inbox(url, [])
+            await inbox_states(url, [])
             texts = [m.text or "" for m in tg.bot_messages(OWNER)]
             # One answer for the queue, each queued message once and in order (the cut-off
             # question precedes them in the transcript, as after a single process's crash).
@@ -162,9 +103,9 @@ async def test_rolling_restart_sigterm_hands_the_queue_to_the_other_replica(
             await tg.await_for(lambda: any(m.text == SLOW_START for m in tg.bot_messages(OWNER)), timeout=30)
             assert await tg.apost_to_webhook(dm(2, "second: the milk"), url=hook_a, secret=SECRET) == 200
             # Stored before the next is sent (a 200 only says the update was handed over).
-            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued")])
+            await inbox_states(url, [("first: what should I buy?", "running"), ("second: the milk", "queued")])
             assert await tg.apost_to_webhook(dm(3, "third: the eggs"), url=hook_b, secret=SECRET) == 200
-            await inbox(url, [("first: what should I buy?", "running"), ("second: the milk", "queued"),
+            await inbox_states(url, [("first: what should I buy?", "running"), ("second: the milk", "queued"),
                               ("third: the eggs", "queued")])  # fmt: skip
             a.send_signal(signal.SIGTERM)  # a rolling restart: A stops, B carries on
             assert a.wait(30) == 0
@@ -173,7 +114,7 @@ async def test_rolling_restart_sigterm_hands_the_queue_to_the_other_replica(
                 return [m.text or "" for m in tg.bot_messages(OWNER) if (m.text or "").startswith("answer to")]
 
             await tg.await_for(answered, timeout=15)
-            await inbox(url, [])
+            await inbox_states(url, [])
             texts = [m.text or "" for m in tg.bot_messages(OWNER)]
             assert any(t.startswith(SLOW_START) and "stopped" in t for t in texts), texts  # said, not silent
             (answer,) = answered()
@@ -266,10 +207,10 @@ async def test_replica_killed_while_its_run_waits_on_an_approval_the_card_expire
                                       timeout=30)
             assert card.reply_markup is not None
             assert await db.fetchval("SELECT state FROM approvals") == "pending"
-            deadline = time.monotonic() + 10  # the card's place is noted just after it is sent
-            while await db.fetchval("SELECT chat_ref FROM approvals") is None:
-                assert time.monotonic() < deadline, "the card's place was never noted"
-                await asyncio.sleep(0.05)  # timing-ok: re-check another process's row
+            async def noted() -> bool:  # the card's place is noted just after it is sent
+                return await db.fetchval("SELECT chat_ref FROM approvals") is not None
+
+            await until(noted, 10, "the card's place noted")
             ended(a, signal.SIGKILL)
             killed = time.monotonic()
 

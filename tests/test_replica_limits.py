@@ -9,10 +9,8 @@ skipped by the others at once, and only one replica probes it when the cooldown 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,11 +28,11 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Error, Reply, Stall, Text, reply_text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
-from tests.telegram_harness import BOT_USERNAME, STRANGER, Harness, free_port, running, tg  # noqa: F401  (fixture)
+from tests.replica_support import inbox_states, webhook_replicas
+from tests.telegram_harness import BOT_USERNAME, STRANGER, Harness, tg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
 
-SECRET = "replica-secret_0123456789"
 REPLICAS = 3
 GROUP = -1_000_777
 MEMBER = 5077
@@ -59,23 +57,6 @@ def dm_update(update_id: int, text: str) -> dict[str, Any]:
     }}  # fmt: skip
 
 
-@contextlib.asynccontextmanager
-async def replicas(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, url: str, **overrides: Any) -> AsyncIterator[list[tuple[Harness, str]]]:
-    async with contextlib.AsyncExitStack() as stack:
-        started: list[tuple[Harness, str]] = []
-        for i in range(REPLICAS):
-            port = free_port()
-            hook = f"http://127.0.0.1:{port}/tg/hook"
-            telegram = {"mode": "webhook", "webhook_url": hook, "webhook_listen": f"127.0.0.1:{port}",
-                        "webhook_secret": SECRET}
-            h = await stack.enter_async_context(running(
-                tmp_path / f"replica{i}", tg, llm, paced=False, telegram=telegram, database_url=url,
-                workspace=tmp_path / "workspace", **overrides,
-            ))  # fmt: skip
-            started.append((h, hook))
-        yield started
-
-
 async def inbox_settled(url: str, stored: int, timeout: float = 60) -> None:
     """Wait until `stored` updates are stored and none is waiting to be routed or run."""
     conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
@@ -92,20 +73,6 @@ async def inbox_settled(url: str, stored: int, timeout: float = 60) -> None:
         await conn.close()
 
 
-async def inbox_states(url: str, expected: list[tuple[str, str]], timeout: float = 30) -> None:
-    conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            rows = [tuple(r) for r in await conn.fetch("SELECT text, state FROM inbox WHERE state != 'done' ORDER BY id")]
-            if rows == expected:
-                return
-            assert time.monotonic() < deadline, f"inbox is {rows}, expected {expected}"
-            await asyncio.sleep(0.02)  # timing-ok: re-check a condition in the database
-    finally:
-        await conn.close()
-
-
 async def test_messages_per_minute_across_three_replicas_admits_the_limit_not_three_times_it(
     dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
@@ -115,7 +82,7 @@ async def test_messages_per_minute_across_three_replicas_admits_the_limit_not_th
     fake_api.responder = lambda body: reply_text("answered")
     limits = {"user": {"messages_per_minute": 3, "runs_per_hour": 0, "daily_tokens": 0},
               "group": {"messages_per_minute": 0, "runs_per_hour": 0, "daily_tokens": 0}}
-    async with fresh_postgres_database() as url, replicas(tmp_path, tg, fake_api, url, limits=limits) as started:
+    async with fresh_postgres_database() as url, webhook_replicas(tmp_path, tg, fake_api, url, REPLICAS, limits=limits) as started:
         hooks = [hook for _, hook in started]
         for n in range(9):
             assert await tg.apost_to_webhook(group_update(20_000 + n, f"q{n}"), url=hooks[n % REPLICAS]) == 200
@@ -150,7 +117,7 @@ async def test_daily_budget_across_three_replicas_is_exceeded_by_at_most_one_tur
     fake_api.responder = lambda body: reply_text("answer three", usage=turn)
     tg.add_chat(STRANGER, type="private", first_name="Sam")
     limits = {"user": {"messages_per_minute": 0, "runs_per_hour": 0, "daily_tokens": budget}}
-    async with fresh_postgres_database() as url, replicas(tmp_path, tg, fake_api, url, limits=limits) as started:
+    async with fresh_postgres_database() as url, webhook_replicas(tmp_path, tg, fake_api, url, REPLICAS, limits=limits) as started:
         await started[0][0].app.storage.pair_user("telegram", str(STRANGER), "Sam")
         hooks = [hook for _, hook in started]
         try:
@@ -196,7 +163,7 @@ async def test_breaker_opened_on_replica_a_sends_replica_b_to_the_fallback_witho
     fake_api.script_when(lambda body: body["model"] == PRIMARY, *[Error(529) for _ in range(3)])
     fake_api.responder = lambda body: reply_text(f"from {body['model']}")
     agent = {"model": PRIMARY, "fallback_models": [BACKUP], "max_retries": 0}
-    async with fresh_postgres_database() as url, replicas(tmp_path, tg, fake_api, url, agent=agent) as started:
+    async with fresh_postgres_database() as url, webhook_replicas(tmp_path, tg, fake_api, url, REPLICAS, agent=agent) as started:
         (a, hook_a), (b, hook_b), (c, _) = started
         for n in range(3):
             assert await tg.apost_to_webhook(group_update(30_000 + n, f"a{n}"), url=hook_a) == 200

@@ -12,13 +12,10 @@ real app, fed through its webhook by python-telegram-bot's own server.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
@@ -27,28 +24,12 @@ from sqlalchemy.engine import make_url
 from bot.lane_claims import replica_lock_key
 from bot.storage import Storage
 from tests.fakes.anthropic_api import FakeAnthropic
-from tests.fakes.anthropic_script import Reply, reply_text, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
+from tests.replica_support import SECRET, dm, texts_answer, until
 from tests.telegram_harness import OWNER, free_port, running, tg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
-
-SECRET = "replica-secret_0123456789"
-
-
-def texts_answer(body: dict[str, Any]) -> Reply:
-    texts = [b["text"] for b in user_blocks(body) if isinstance(b, dict) and b.get("type") == "text"]
-    return reply_text("answer to " + " | ".join(texts))
-
-
-def dm(update_id: int, text: str) -> dict[str, Any]:
-    return {"update_id": update_id, "message": {
-        "message_id": update_id, "date": int(time.time()), "text": text,
-        "chat": {"id": OWNER, "type": "private", "first_name": "Olivia"},
-        "from": {"id": OWNER, "is_bot": False, "first_name": "Olivia"},
-    }}  # fmt: skip
-
 
 async def left_received(conn: asyncpg.Connection, text: str, update_id: int, by: str, ago_s: float) -> int:
     """An owner's message stored `received` by the replica `by`, `ago_s` seconds ago."""
@@ -62,14 +43,6 @@ async def left_received(conn: asyncpg.Connection, text: str, update_id: int, by:
         " VALUES ('telegram', 'private', $1, $1, 'Olivia', $2, false, $3, $3, 'received', $4, $5, $5) RETURNING id",
         str(OWNER), text, str(update_id), by, at,
     ))  # fmt: skip
-
-
-async def until(condition: Callable[[], Any], timeout: float, what: str) -> None:
-    """Wait for `condition` (a function, or a coroutine function) to hold."""
-    deadline = time.monotonic() + timeout
-    while not ((await held) if inspect.isawaitable(held := condition()) else held):
-        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
-        await asyncio.sleep(0.05)  # timing-ok: re-check a condition in the database / the app
 
 
 async def test_an_older_unrouted_message_holds_back_a_newer_one_then_is_adopted_when_its_replica_dies(

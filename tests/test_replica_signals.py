@@ -10,10 +10,8 @@ balancer would.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,11 +23,11 @@ from tests.fakes.anthropic_script import ToolUse, reply_text, reply_tools, user_
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.telegram_state import StoredMessage
 from tests.storage_fixtures import fresh_postgres_database
-from tests.telegram_harness import OWNER, STRANGER, Harness, free_port, running, tg  # noqa: F401  (fixture)
+from tests.replica_support import until, webhook_replicas
+from tests.telegram_harness import OWNER, STRANGER, Harness, tg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
 
-SECRET = "replica-secret_0123456789"
 QUESTION = "Which server should I restart?"
 WITHIN_S = 1.0
 """The issue's bound for a cross-replica press; a signal takes milliseconds, the safety-net
@@ -38,31 +36,13 @@ re-read 10 s, so this tells them apart with a wide margin on a loaded machine.""
 
 @contextlib.asynccontextmanager
 async def two_replicas(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, **overrides: Any) -> Any:
-    async with fresh_postgres_database() as url, contextlib.AsyncExitStack() as stack:
-        started: list[tuple[Harness, str]] = []
-        for name in ("a", "b"):
-            port = free_port()
-            hook = f"http://127.0.0.1:{port}/tg/hook"
-            telegram = {"mode": "webhook", "webhook_url": hook, "webhook_listen": f"127.0.0.1:{port}",
-                        "webhook_secret": SECRET}
-            h = await stack.enter_async_context(running(
-                tmp_path / f"replica-{name}", tg, llm, paced=False, telegram=telegram, database_url=url,
-                workspace=tmp_path / "workspace", **overrides,
-            ))  # fmt: skip
-            started.append((h, hook))
-        for h, _ in started:  # a start-up sweep could otherwise take the test's first session
-            replicas = h.app.conversations.replicas
-            assert replicas is not None
-            await until(lambda: replicas.sweeps >= 1)
-        yield started
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30) -> None:
-    """Wait for a condition of an app (not of the fake, whose `await_for` wakes on its events)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout} s"
-        await asyncio.sleep(0.02)  # timing-ok: re-check an app's counter
+    async with fresh_postgres_database() as url:
+        async with webhook_replicas(tmp_path, tg, llm, url, 2, **overrides) as started:
+            for h, _ in started:  # a start-up sweep could otherwise take the test's first session
+                replicas = h.app.conversations.replicas
+                assert replicas is not None
+                await until(lambda: replicas.sweeps >= 1)
+            yield started
 
 
 def buttons(message: StoredMessage) -> dict[str, str]:

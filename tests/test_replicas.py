@@ -11,7 +11,6 @@ anthropic SDK talk HTTP to the fakes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
 from pathlib import Path
@@ -25,11 +24,11 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Reply, reply_text, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
-from tests.telegram_harness import BOT_USERNAME, Harness, free_port, running, tg  # noqa: F401  (fixture)
+from tests.replica_support import webhook_replicas
+from tests.telegram_harness import BOT_USERNAME, tg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
 
-SECRET = "replica-secret_0123456789"
 TOKEN = re.compile(r"m-\d+-\d+")
 CHATS = 30
 PER_CHAT = 10
@@ -67,23 +66,6 @@ async def stored_updates(url: str, expected: int, timeout: float = 60) -> None:
         await conn.close()
 
 
-@contextlib.asynccontextmanager
-async def replicas(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, url: str) -> Any:
-    async with contextlib.AsyncExitStack() as stack:
-        started: list[tuple[Harness, str]] = []
-        for i in range(REPLICAS):
-            port = free_port()
-            hook = f"http://127.0.0.1:{port}/tg/hook"
-            telegram = {"mode": "webhook", "webhook_url": hook, "webhook_listen": f"127.0.0.1:{port}",
-                        "webhook_secret": SECRET}
-            h = await stack.enter_async_context(running(
-                tmp_path / f"replica{i}", tg, llm, paced=False, telegram=telegram, database_url=url,
-                workspace=tmp_path / "workspace",
-            ))  # fmt: skip
-            started.append((h, hook))
-        yield started
-
-
 async def test_three_replicas_answer_each_message_once_in_each_chats_order(
     dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
@@ -92,7 +74,7 @@ async def test_three_replicas_answer_each_message_once_in_each_chats_order(
     for chat in chats:
         tg.add_chat(chat, type="group", title=f"Group {chat}")
     sent: dict[int, list[str]] = {chat: [] for chat in chats}
-    async with fresh_postgres_database() as url, replicas(tmp_path, tg, fake_api, url) as started:
+    async with fresh_postgres_database() as url, webhook_replicas(tmp_path, tg, fake_api, url, REPLICAS) as started:
         hooks = [hook for _, hook in started]
         update_id = 10_000
         posted = 0
