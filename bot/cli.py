@@ -222,13 +222,13 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError):
                     loop.add_signal_handler(sig, _exit_now)
+            print("Stopping: running answers end with a notice; queued messages wait for the next start.",
+                  file=sys.stderr)
             if health is not None:  # the proxy sends nothing new here while this one stops
                 health.stopping = True
                 # Still serving until the proxy's check has seen the 503: a webhook server
                 # closed first breaks the requests the proxy still sends here (502s).
                 await asyncio.sleep(settings.health_drain_s)  # timing-ok: the proxy's check interval
-            print("Stopping: running answers end with a notice; queued messages wait for the next start.",
-                  file=sys.stderr)
     return 0
 
 

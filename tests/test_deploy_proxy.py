@@ -8,7 +8,8 @@ Only the site address and the upstream / health host:ports of the shipped file a
 (plus a test-only global block: no admin port shared with other tests, debug logs that name
 each upstream Caddy picks), so its routing, lb policy, retries and health checks are tested.
 The two replicas listen on 127.0.0.1 and 127.0.0.2 so that they share the one `health_port`,
-as the compose services do.
+as the compose services do. Without the file's health check this fails: Caddy keeps sending
+every other update to the stopped replica (its retries on the other hide it from Telegram).
 """
 
 from __future__ import annotations
@@ -186,6 +187,7 @@ async def healthz(client: httpx.AsyncClient, replica: Replica) -> int | None:
         return None
 
 
+@pytest.mark.timeout(300)  # three replica starts, two 3 s drains and Caddy's 2 s checks, on a loaded machine
 async def test_the_shipped_caddyfile_spreads_the_webhook_survives_a_rolling_restart_and_exposes_nothing_else(
     dialect: str, caddy: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
 ) -> None:
