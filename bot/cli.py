@@ -172,6 +172,10 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
         # (a crash, a kill, a shutdown with messages queued) goes first, once.
         await app.conversations.load_inbox()
         async with contextlib.AsyncExitStack() as running:
+            # Closed last: /healthz answers 503 for the whole stop (a closed port at once
+            # would hide "stopping" from the proxy's checks and from the operator).
+            health_stack = contextlib.AsyncExitStack()
+            running.push_async_callback(health_stack.aclose)
             for adapter in adapters:
                 await adapter.start(app.conversations)
                 running.push_async_callback(adapter.aclose)
@@ -207,14 +211,12 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
 
                 health = Health(app.storage.engine)
                 await health.start(settings.health_listen)
-                running.push_async_callback(health.aclose)
+                health_stack.push_async_callback(health.aclose)
             names = ", ".join(a.platform for a in adapters)
             print(f"Roost is running on {names}. Ctrl-C to stop.", file=sys.stderr)
             if dashboard_link is not None:
                 print(f"Dashboard: {dashboard_link}", file=sys.stderr)
             await stop.wait()
-            if health is not None:  # the proxy sends nothing new here while this one stops
-                health.stopping = True
             # A second Ctrl-C / SIGTERM while shutting down leaves at once: every accepted
             # message is already in the inbox, so a hard exit loses nothing.
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -222,6 +224,11 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
                     loop.add_signal_handler(sig, _exit_now)
             print("Stopping: running answers end with a notice; queued messages wait for the next start.",
                   file=sys.stderr)
+            if health is not None:  # the proxy sends nothing new here while this one stops
+                health.stopping = True
+                # Still serving until the proxy's check has seen the 503: a webhook server
+                # closed first breaks the requests the proxy still sends here (502s).
+                await asyncio.sleep(settings.health_drain_s)  # timing-ok: the proxy's check interval
     return 0
 
 

@@ -273,6 +273,10 @@ class Settings(BaseSettings):
     dashboard: DashboardSettings = DashboardSettings()
     health_listen: str | None = None
     """host:port where `roost run` answers GET /healthz for a load balancer (ROOST_HEALTH_LISTEN)."""
+    health_drain_s: float = Field(3.0, ge=0)
+    """After SIGTERM, how long /healthz answers 503 while the replica still serves, so the load
+    balancer's check (every 2 s in deploy/Caddyfile) takes it out before its webhook server
+    closes (ROOST_HEALTH_DRAIN_S); only with ROOST_HEALTH_LISTEN."""
 
     telegram_bot_token: SecretStr | None = Field(
         None, validation_alias=AliasChoices("TELEGRAM_BOT_TOKEN", "telegram_bot_token")
