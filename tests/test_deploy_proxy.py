@@ -35,7 +35,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import fresh_postgres_database
 from tests.telegram_harness import OWNER, TOKEN, free_port, tg  # noqa: F401  (fixture)
-from tests.test_replica_failover import dm, ended, logged, texts_answer
+from tests.replica_support import dm, ended, logged, texts_answer
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
 
