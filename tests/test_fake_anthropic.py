@@ -263,7 +263,8 @@ async def test_stream_error_event_mid_answer_is_a_bare_api_status_error(
     assert "content_block_delta" in seen
     assert type(caught.value) is anthropic.APIStatusError and caught.value.status_code == 200
     assert caught.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
-    assert fake.requests[0].error == "Overloaded"
+    # The fake records the error once its stream has ended: the client can see it first.
+    await fake.await_until(lambda requests: requests[0].error == "Overloaded", what="the stream's error recorded")
 
 
 async def test_disconnect_before_response_is_connection_error(fake: FakeAnthropic, client: anthropic.AsyncAnthropic) -> None:
