@@ -50,10 +50,6 @@ class LaneClaims:
     def holds(self, key: str) -> bool:
         return not self.shared or key in self._held
 
-    def held(self) -> bool:
-        """Whether this replica holds any session's lane now."""
-        return bool(self._held)
-
     async def claim(self, key: str) -> bool:
         """Take the session's lane for this replica; False when another replica holds it."""
         if not self.shared or key in self._held:

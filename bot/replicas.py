@@ -276,11 +276,11 @@ class Replicas:
 
     async def aclose(self) -> None:
         await self.stop()
-        had = self.claims.held()
         await self.claims.aclose()
-        if had and self.released is not None:
+        if self.released is not None:
             # The others sweep now rather than within `sweep_s`: a rolling restart's queued
-            # messages are answered at once. Lost, the sweep still finds them.
+            # messages (in sessions it held, or accepted while stopping) are answered at once.
+            # Lost, the sweep still finds them.
             try:
                 await self.released()
             except Exception:
