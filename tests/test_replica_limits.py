@@ -28,7 +28,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Error, Reply, Stall, Text, reply_text
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
-from tests.replica_support import inbox_states, webhook_replicas
+from tests.replica_support import inbox_states, until, webhook_replicas
 from tests.telegram_harness import BOT_USERNAME, STRANGER, Harness, tg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
@@ -60,15 +60,14 @@ def dm_update(update_id: int, text: str) -> dict[str, Any]:
 async def inbox_settled(url: str, stored: int, timeout: float = 60) -> None:
     """Wait until `stored` updates are stored and none is waiting to be routed or run."""
     conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
+
+    async def settled() -> bool:
+        seen = await conn.fetchval("SELECT count(*) FROM seen_updates")
+        busy = await conn.fetchval("SELECT count(*) FROM inbox WHERE state IN ('received', 'queued', 'running')")
+        return seen >= stored and busy == 0
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            seen = await conn.fetchval("SELECT count(*) FROM seen_updates")
-            busy = await conn.fetchval("SELECT count(*) FROM inbox WHERE state IN ('received', 'queued', 'running')")
-            if seen >= stored and busy == 0:
-                return
-            assert time.monotonic() < deadline, f"{seen} of {stored} updates stored, {busy} in the inbox"
-            await asyncio.sleep(0.02)  # timing-ok: re-check a condition in the database
+        await until(settled, timeout, f"{stored} updates stored and the inbox settled")
     finally:
         await conn.close()
 

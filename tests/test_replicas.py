@@ -24,7 +24,7 @@ from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Reply, reply_text, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
-from tests.replica_support import webhook_replicas
+from tests.replica_support import until, webhook_replicas
 from tests.telegram_harness import BOT_USERNAME, tg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
@@ -57,11 +57,12 @@ def group_update(update_id: int, chat: int, sender: int, text: str) -> dict[str,
 async def stored_updates(url: str, expected: int, timeout: float = 60) -> None:
     """Wait until the replicas have stored `expected` distinct updates (durable, ordered)."""
     conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
+
+    async def stored() -> bool:
+        return await conn.fetchval("SELECT count(*) FROM seen_updates") >= expected
+
     try:
-        deadline = time.monotonic() + timeout
-        while (seen := await conn.fetchval("SELECT count(*) FROM seen_updates")) < expected:
-            assert time.monotonic() < deadline, f"{seen} of {expected} updates stored"
-            await asyncio.sleep(0.02)  # timing-ok: re-check a condition in the database
+        await until(stored, timeout, f"{expected} updates stored")
     finally:
         await conn.close()
 
