@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from dataclasses import dataclass
 import uuid
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -25,8 +24,6 @@ from agent_core.llm import ModelListing
 from agent_core.models import ModelTable
 from agent_core.loop import AgentLoop, RunRequest
 from agent_core.ports import ApprovalRecord
-from agent_core.prompt import frame_untrusted
-from agent_core.risk import Scope
 from agent_core.text import clean_text
 from bot.commands import parse_command
 from bot.command_handlers import CommandHandlers
@@ -44,6 +41,7 @@ from bot.scheduling.refs import JobRef, job_ref
 from bot.session_keys import scope_of
 from bot.storage import Storage
 from bot.storage.inbox import InboxMessage, InboxRow
+from bot.turn_content import ALBUM_SETTLE_S, gather_album, turn_content, with_media
 from workspace.context import LogCutoffs
 from workspace.daily_log import append_run_entry
 
@@ -62,17 +60,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MAX_INBOUND_CHARS = 50_000
-ALBUM_SETTLE_S = 1.0
-"""How long a run waits for more parts of an album (Telegram sends each as its own update,
-normally in the same batch) after the last one arrived."""
 KEPT_NOTICE = "⏳ I'm restarting; I'll answer what you sent as soon as I'm back."
-
-
-@dataclass(frozen=True, slots=True)
-class WithMedia(Pending):
-    """A message whose attachments were fetched: its blocks go before its text."""
-
-    media_blocks: tuple[dict[str, Any], ...] = ()
 
 
 def cleaned(inbound: Inbound) -> Inbound:
@@ -463,7 +451,7 @@ class Conversations:
             self.lanes.requeue(key, [p for p in items if p not in now])
             items = now
         if items[-1].job is None:
-            items = [*self.deferred.pop(key, []), *await self._album(key, items)]
+            items = [*self.deferred.pop(key, []), *await gather_album(self.lanes, key, items, self.album_settle_s)]
         claimed: tuple[str, str | None] | None = None
         if self.replicas is not None:  # each message once, even if two replicas hold the lane
             run_id = uuid.uuid4().hex
@@ -479,14 +467,14 @@ class Conversations:
             # daily log and memory search see what was said, in this session). A voice note
             # that could not be transcribed waits: its row is not taken, so it stays queued
             # (a restart retries it too); the rest of the batch is answered now.
-            items, waiting = await self._with_media(key, last.route.scope, items)
+            items, waiting = await with_media(self.media, self.adapters, self._notify, key, last.route.scope, items)
             if waiting:
                 self.deferred[key] = waiting
             if not items:
                 return
             last = items[-1]
             target = ReplyTarget.of(last.inbound)
-        content = await self._content(key, last.route.scope, items)
+        content = await turn_content(self.storage, key, last.route.scope, items)
         if not content:  # e.g. only a voice note while speech-to-text is off (told already)
             await self.storage.finish_inbound(_inbox_ids(items))
             return
@@ -614,20 +602,6 @@ class Conversations:
         except OSError:
             log.exception("daily_log.write_failed", extra={"session": key})
 
-    async def _album(self, key: str, items: list[Pending]) -> list[Pending]:
-        """The parts of an album still arriving join the run of its first part: wait until
-        none came for `album_settle_s` (parts queued behind a run are in `items` already)."""
-        albums = {p.inbound.album_id for p in items if p.inbound.album_id is not None}
-        if not albums:
-            return items
-        items = list(items)
-        while True:
-            await asyncio.sleep(self.album_settle_s)
-            more = self.lanes.take_queued(key, lambda p: p.job is None and p.inbound.album_id in albums)
-            if not more:
-                return items
-            items.extend(more)
-
     async def retry_deferred(self, key: str) -> bool:
         """/retry: the session's messages waiting after a failed transcription run again."""
         waiting = self.deferred.pop(key, [])
@@ -635,58 +609,6 @@ class Conversations:
             return False
         self.lanes.requeue(key, waiting)
         return True
-
-    async def _content(self, key: str, scope: Scope, items: list[Pending]) -> list[dict[str, Any]]:
-        blocks: list[dict[str, Any]] = []
-        if key.startswith("group:"):
-            recent = await self.storage.recent_group_messages(key)
-            if recent:
-                lines = "\n".join(f"{m.sender}: {m.text}" for m in recent)
-                blocks.append(
-                    {
-                        "type": "text",
-                        "text": "Recent messages in this chat, not addressed to you "
-                        f"(context only):\n{frame_untrusted(lines, 'group messages')}",
-                    }
-                )
-                await self.storage.clear_group_messages(key)
-        for item in items:
-            blocks.extend(getattr(item, "media_blocks", ()))
-            if item.inbound.text.strip():
-                blocks.append(queue_modes.content_block(item, scope))
-        if not any(b.get("type") != "text" for b in blocks) and not any(p.inbound.text.strip() for p in items):
-            return []
-        return blocks
-
-    async def _with_media(self, key: str, scope: Scope, items: list[Pending]) -> tuple[list[Pending], list[Pending]]:
-        """Each message with attachments becomes its blocks and its new text (bot.media).
-        Returns (ready, waiting): waiting are the messages whose voice note could not be
-        transcribed, as they came (their sender is told)."""
-        from bot.media import VoicePending
-
-        assert self.media is not None
-        images = [0]
-        out: list[Pending] = []
-        waiting: list[Pending] = []
-        for item in items:
-            inbound = item.inbound
-            if not inbound.attachments:
-                out.append(item)
-                continue
-            adapter = self.adapters.get(inbound.platform)
-
-            async def notify(text: str, inbound: Inbound = inbound) -> None:
-                await self._notify(inbound, text)
-
-            try:
-                media = await self.media.prepare(adapter, key, scope, inbound, images, notify)
-            except VoicePending as exc:
-                waiting.append(item)
-                await self._notify(inbound, exc.notice)
-                continue
-            out.append(WithMedia(dataclasses.replace(inbound, text=media.text), item.route, item.inbox_id,
-                                 item.job, tuple(media.blocks)))
-        return out, waiting
 
     async def _notify(self, inbound: Inbound, text: str, *, best_effort: bool = False) -> None:
         adapter = self.adapters.get(inbound.platform)
