@@ -30,7 +30,8 @@ from agent_core.events import (
 from agent_core.llm import LLMBadRequest, LLMClient, LLMError, LLMRequest, MessageComplete, TextChunk, ThinkingChunk
 from agent_core.models import DEFAULT_MODEL, ModelTable
 from agent_core.ports import AgentStore
-from agent_core.prompt import ContextParts, cache_layout, request_messages, system_blocks, tool_definitions
+from agent_core.prompt import ContextParts, request_messages, system_blocks, tool_definitions
+from agent_core.request_shape import budget_within_limit, history_budget, laid_out, rejected_message
 from agent_core.risk import Scope
 from agent_core.tool_runner import ToolCall, ToolOutcome, ToolRunner
 from agent_core.tools import Messenger, ToolContext, ToolRegistry
@@ -62,7 +63,7 @@ class LoopConfig:
     """The same tool with the same input this many times in one run ends the run."""
     history_budget_chars: int | None = None
     """How much earlier conversation is sent, in characters; older turns are left out. None:
-    `CHARS_PER_WINDOW_TOKEN` × the model's context window (agent_core.models), so a 1M-window
+    `agent_core.request_shape.CHARS_PER_WINDOW_TOKEN` × the model's context window (agent_core.models), so a 1M-window
     model gets the room it has. Compaction runs before windowing would leave turns out."""
     thinking: dict[str, Any] | None = None
     """The `thinking` parameter sent (agent_core.models.thinking_param); None: off, not sent."""
@@ -239,7 +240,7 @@ class AgentLoop:
             # Already retried once with a repaired, trimmed conversation: say so plainly.
             log.warning("run.request_rejected_twice", extra={"run": run_id, "detail": exc.detail})
             await finish("failed", "invalid_request")
-            await emit(RunFailed(run_id, _rejected_message(exc), "invalid_request", state.usage))
+            await emit(RunFailed(run_id, rejected_message(exc), "invalid_request", state.usage))
         except LLMError as exc:
             await finish("failed", type(exc).__name__)
             await emit(RunFailed(run_id, str(exc), type(exc).__name__, state.usage))
@@ -433,7 +434,7 @@ class AgentLoop:
         and trimming what is sent — down to this run's messages, within a budget that fits the
         model's limit when it said so — and retrying once per run; a second one propagates."""
         sent = self._sendable(messages, state)
-        laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
+        laid = laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
         fit = functools.partial(self._fit, model, system, tool_defs, messages, state)
         try:
             return await self._stream(LLMRequest(model, *laid, self.config.max_tokens, fit=fit), state, emit)
@@ -444,10 +445,10 @@ class AgentLoop:
             state.trimmed = True
             if exc.too_long:
                 whole = size_of([{"content": system}, {"content": tool_defs}]) + size_of(sent)
-                state.budget = _budget_within_limit(exc, whole, size_of(sent), state.budget)
+                state.budget = budget_within_limit(exc, whole, size_of(sent), state.budget)
                 self._learned_budget[model] = min(self._learned_budget.get(model, state.budget), state.budget)
         sent = self._sendable(messages, state)
-        laid = _laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
+        laid = laid_out(system, tool_defs, sent, self.config.volatile_in_tail)
         return await self._stream(LLMRequest(model, *laid, self.config.max_tokens), state, emit)
 
     async def _fit(
@@ -460,13 +461,11 @@ class AgentLoop:
         state.budget = min(state.budget, self._history_budget(window_tokens))
         if state.recompact is not None:
             await state.recompact(messages, window_tokens)
-        laid = _laid_out(system, tool_defs, self._sendable(messages, state), self.config.volatile_in_tail)
+        laid = laid_out(system, tool_defs, self._sendable(messages, state), self.config.volatile_in_tail)
         return LLMRequest(model, *laid, self.config.max_tokens)
 
     def _history_budget(self, window_tokens: int) -> int:
-        if self.config.history_budget_chars is not None:
-            return self.config.history_budget_chars
-        return int(window_tokens * CHARS_PER_WINDOW_TOKEN)
+        return history_budget(window_tokens, self.config.history_budget_chars)
 
     def _tool_definitions(
         self, scope: Scope, session_key: str, loaded: set[str] | None = None, server: Sequence[dict[str, Any]] = (),
@@ -598,10 +597,6 @@ class _RunState:
 
 PAUSE_PROMPT = "[Roost: continue your turn.]"
 SERVER_TOOL_NOTES = {web_search.NAME: web_search.NOTE}
-CHARS_PER_WINDOW_TOKEN = 2.4
-"""History budget per token of window: at the ~4 characters a token of English text takes,
-about 60 % of the window, leaving room for the system prompt, tools and the answer. Only the
-windowing guard; when to compact is decided from real token counts (agent_core.compaction)."""
 _NORMAL_STOPS = frozenset({"end_turn", "stop_sequence", "tool_use"})
 _STOP_NOTICES = {
     "max_tokens": "(The answer reached the model's output limit and was cut short; say 'continue' for the rest.)",
@@ -631,41 +626,6 @@ def _malformed_by_new_id(
             if new is not None:
                 out[new] = item
     return out
-
-
-def _budget_within_limit(exc: LLMBadRequest, whole_chars: int, sent_chars: int, budget: int) -> int:
-    """A history budget that should fit the model's limit: when the service gave its counts
-    ("N tokens > M maximum"), cut the excess with a 20% margin at the request's own
-    characters-per-token ratio; without counts, halve what was sent."""
-    if exc.prompt_tokens and exc.max_tokens and exc.prompt_tokens > exc.max_tokens:
-        chars_per_token = whole_chars / exc.prompt_tokens
-        excess = (exc.prompt_tokens - exc.max_tokens) * chars_per_token * 1.2
-        return max(0, min(budget, int(sent_chars - excess)))
-    return min(budget, sent_chars // 2)
-
-
-def _rejected_message(exc: LLMBadRequest) -> str:
-    if exc.too_long:
-        return (
-            "This conversation is too long for the model, even cut down to your latest message. "
-            "Send /new to start over (a shorter message may help)."
-        )
-    detail = f" ({exc.detail})" if exc.detail else ""
-    return (
-        f"The model service rejected this conversation as invalid{detail}, and again after I "
-        "cut it down to your latest message. Send /new to start over."
-    )
-
-
-def _laid_out(
-    system: list[dict[str, Any]], tools: list[dict[str, Any]], messages: list[dict[str, Any]], tail: bool
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """(system, tools, messages) as sent; with `tail`, the volatile system parts go after
-    the conversation's cache breakpoint (agent_core.prompt.cache_layout)."""
-    if not tail:
-        return system, tools, messages
-    sent_system, sent_messages = cache_layout(system, messages)
-    return sent_system, tools, sent_messages
 
 
 def _call_key(call: ToolCall) -> str:
