@@ -12,7 +12,7 @@ import pytest
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.harness import CoreHarness, make_harness
 
-pytest_plugins = ["tests.pg_accounting"]
+pytest_plugins = ["tests.pg_accounting", "tests.timeout_tasks"]
 
 _QUIETED = ("httpx", "httpx2", "alembic")
 

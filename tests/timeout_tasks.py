@@ -1,0 +1,56 @@
+"""On a test's timeout, print what every asyncio task of the test's loop is waiting on.
+
+pytest-timeout prints each thread's stack; for an async test that only shows the event
+loop idle in `select`, not which `await` never finished. Its SIGALRM handler runs on the
+main thread, inside the running loop, so just before it raises we walk each task's chain
+of awaits (coroutine → the coroutine or future it awaits → …) and print file:line of each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+import pytest
+
+
+def _await_chain(awaitable: Any) -> Iterator[str]:
+    seen = 0
+    while awaitable is not None and seen < 64:
+        seen += 1
+        frame: FrameType | None = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "ag_frame", None)
+        if frame is not None:
+            yield f"    {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        elif isinstance(awaitable, asyncio.Future):
+            yield f"    waiting on {awaitable!r}"[:300]
+            return
+        awaitable = getattr(awaitable, "cr_await", None) or getattr(awaitable, "ag_await", None)
+
+
+def print_tasks(out: Any = sys.stderr) -> None:
+    loop = asyncio._get_running_loop()
+    if loop is None:
+        return
+    print(f"{'+' * 20} asyncio tasks at the timeout {'+' * 20}", file=out)
+    for task in asyncio.all_tasks(loop):
+        print(f"  task {task.get_name()}:", file=out)
+        for line in _await_chain(task.get_coro()):
+            print(line, file=out)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Any:
+    result = yield
+    installed = signal.getsignal(signal.SIGALRM) if hasattr(signal, "SIGALRM") else None
+    if callable(installed):
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            print_tasks(sys.stdout)  # captured with the test's output, shown with its failure
+            installed(signum, frame)
+
+        signal.signal(signal.SIGALRM, handler)
+    return result
