@@ -206,16 +206,24 @@ class Conversations:
         return await self._handle(taken.inbound, taken.inbox_id)
 
     async def _handle(self, inbound: Inbound, inbox_id: int) -> bool:
-        """Route a stored message; its inbox row stays only while it waits for a run."""
+        """Route a stored message; its inbox row stays only while it waits for a run.
+
+        With replicas, every step on the row holds only while it is still this replica's
+        to route: one whose lock connection dropped may find that another replica adopted
+        the row meanwhile (and answered it), and then leaves it alone."""
+        routed = self.replicas is not None
+        if routed and not await self.storage.route_received(inbox_id):
+            log.info("inbox.routed_elsewhere", extra={"inbox": inbox_id})
+            return False
         try:
             kept = await self._route(inbound, inbox_id)
         except asyncio.CancelledError:
             raise  # left "received": the next start routes it again
         except BaseException:
-            await self.storage.discard_inbound(inbox_id)  # never replay a message that crashes us
+            await self.storage.discard_inbound(inbox_id, routed=routed)  # never replay a message that crashes us
             raise
         if not kept:
-            await self.storage.discard_inbound(inbox_id)
+            await self.storage.discard_inbound(inbox_id, routed=routed)
         return kept
 
     async def _route(self, inbound: Inbound, inbox_id: int) -> bool:
@@ -405,7 +413,12 @@ class Conversations:
             )
             return False
         # One transaction (the session exists, the row is queued): on the first reply's path.
-        await self.storage.accept_inbound(inbox_id, route.session_key, route.scope.value, inbound.platform, inbound.chat_id)
+        if not await self.storage.accept_inbound(
+            inbox_id, route.session_key, route.scope.value, inbound.platform, inbound.chat_id,
+            routed=self.replicas is not None,
+        ):  # fmt: skip
+            log.info("inbox.routed_elsewhere", extra={"inbox": inbox_id})
+            return False  # adopted by another replica meanwhile: its to answer
         return await self._submit(Pending(inbound, route, inbox_id), acknowledge=True)
 
     async def _submit(self, pending: Pending, *, acknowledge: bool) -> bool:

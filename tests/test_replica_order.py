@@ -19,14 +19,17 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from sqlalchemy import text as sa_text
 from sqlalchemy.engine import make_url
+
+from agent_core.inbound import Inbound
 
 from bot.lane_claims import replica_lock_key
 from bot.storage import Storage
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.telegram_api import FakeTelegram
 from tests.storage_fixtures import _asyncpg_dsn, fresh_postgres_database
-from tests.replica_support import SECRET, dm, texts_answer, until
+from tests.replica_support import SECRET, dm, texts_answer, until, webhook_replicas
 from tests.telegram_harness import OWNER, free_port, running, tg  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.parametrize("dialect", ["postgres"])  # counted by tests/pg_accounting.py
@@ -125,3 +128,42 @@ async def test_two_replicas_adopting_a_dead_replicas_rows_at_once_take_each_row_
             await db.close()
             await first.aclose()
             await second.aclose()
+
+
+@pytest.mark.parametrize("text", ["late one", "/help"])
+async def test_a_replica_routing_late_after_its_lock_dropped_never_answers_what_another_adopted_and_answered(
+    dialect: str, text: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """Replica A stored a message (confirmed to Telegram) and then, before its chat worker
+    routed it, lost its lock connection (a rolling restart's drain, a network blip): to B
+    it looks dead, so B adopts the row and answers. A's worker routing it afterwards must
+    leave it alone. Before, A queued it again and it was answered twice (CI: "during 15"
+    answered twice in the Caddy rolling restart); a command ran twice."""
+    fake_api.responder = texts_answer
+    tg.add_chat(OWNER, type="private", first_name="Olivia")
+    async with fresh_postgres_database() as url, webhook_replicas(tmp_path, tg, fake_api, url, 2) as started:
+        (a, _), (b, _) = started
+        claims_a = a.app.conversations.replicas.claims  # type: ignore[union-attr]
+        b.app.conversations.replicas.orphan_after_s = 0.3  # type: ignore[union-attr]
+        inbound = Inbound("telegram", "private", str(OWNER), str(OWNER), "Olivia", text, message_id="7", update_id="7")
+        taken = await a.app.conversations.take(inbound)  # stored by A, not yet routed
+        assert taken is not None
+        pid = await claims_a._conn.scalar(sa_text("SELECT pg_backend_pid()"))
+        admin = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
+        try:  # A's lock connection drops: its identity lock goes with it
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await admin.close()
+        before = len(tg.bot_messages(OWNER))
+        await tg.await_for(lambda: len(tg.bot_messages(OWNER)) > before, timeout=20)  # B adopted it and replied
+        await b.app.conversations.lanes.drain()
+        await a.app.conversations.handle(taken)  # A's worker gets to it now
+        for h, _ in started:
+            replicas = h.app.conversations.replicas
+            assert replicas is not None
+            swept = replicas.sweeps
+            await until(lambda: replicas.sweeps >= swept + 2, 15, "two more sweeps")
+            await h.app.conversations.lanes.drain()
+        replies = [m.text or "" for m in tg.bot_messages(OWNER)][before:]
+        assert len(replies) == 1, replies
+        assert len(fake_api.requests) == (0 if text.startswith("/") else 1)

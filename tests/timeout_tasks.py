@@ -9,6 +9,7 @@ of awaits (coroutine → the coroutine or future it awaits → …) and print fi
 from __future__ import annotations
 
 import asyncio
+import inspect
 import signal
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,15 @@ from types import FrameType
 from typing import Any
 
 import pytest
+
+
+def _suspended_generator(frame: FrameType) -> Any:
+    """The async generator a frame awaits through `anext`/`athrow` (as contextlib's
+    `__aexit__` does): those awaitables do not expose it, the frame's locals do."""
+    for value in [*frame.f_locals.values(), getattr(frame.f_locals.get("self"), "gen", None)]:
+        if inspect.isasyncgen(value) and value.ag_await is not None:
+            return value
+    return None
 
 
 def _await_chain(awaitable: Any) -> Iterator[str]:
@@ -28,7 +38,10 @@ def _await_chain(awaitable: Any) -> Iterator[str]:
         elif isinstance(awaitable, asyncio.Future):
             yield f"    waiting on {awaitable!r}"[:300]
             return
-        awaitable = getattr(awaitable, "cr_await", None) or getattr(awaitable, "ag_await", None)
+        awaited = getattr(awaitable, "cr_await", None) or getattr(awaitable, "ag_await", None)
+        if awaited is not None and frame is not None and not hasattr(awaited, "cr_frame") and not isinstance(awaited, asyncio.Future):
+            awaited = _suspended_generator(frame) or awaited
+        awaitable = awaited
 
 
 def print_tasks(out: Any = sys.stderr) -> None:

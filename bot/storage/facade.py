@@ -15,13 +15,13 @@ from bot.storage.access import AccessRepository
 from bot.storage.approvals import ApprovalRepository
 from bot.storage.audit import AuditRepository
 from bot.storage.browse import BrowseRepository
-from bot.storage.base import Clock, utc_now
+from bot.storage.base import Clock, rowcount, utc_now
 from bot.storage.compactions import CompactionRepository
 from bot.storage.cursors import CursorRepository
 from bot.storage.delivery import DeliveryRepository
 from bot.storage.engine import create_engine
 from bot.storage.group_context import GroupContextRepository
-from bot.storage.inbox import InboxRepository, claim_statement, set_inbox_state
+from bot.storage.inbox import InboxRepository, accept_statement, claim_statement, set_inbox_state
 from bot.storage.jobs import JobRepository
 from bot.storage.limits import LimitRepository
 from bot.storage.metrics import MetricsRepository
@@ -93,23 +93,28 @@ class Storage(
     # -- the first-reply path: one transaction where two used to be --------------------
 
     async def accept_inbound(
-        self, inbox_id: int, session_key: str, scope: SessionScope, platform: str, chat_id: str
-    ) -> None:
+        self, inbox_id: int, session_key: str, scope: SessionScope, platform: str, chat_id: str, *, routed: bool = False
+    ) -> bool:
         """`ensure_session` + `queue_inbound` in one transaction: the message waits for a run
         of a session that exists. Sessions are never deleted, so one seen to exist is not
-        looked up again."""
+        looked up again. `routed` (replicas): only a row still this replica's to route
+        (`route_received`) is queued; False when another replica adopted it meanwhile."""
         now = self._now()
         known = session_key in self._existing_sessions
 
-        def body(conn: Connection) -> None:
+        def body(conn: Connection) -> bool:
             if not known:
                 insert_session_if_absent(conn, self._dialect, session_key, scope, platform, chat_id, now)
+            if routed:
+                return rowcount(conn.execute(accept_statement(inbox_id, self.received_by, session_key, now))) == 1
             set_inbox_state(conn, [inbox_id], "queued", now, session_key=session_key)
+            return True
 
-        await self._transact(body)
+        accepted = await self._transact(body)
         if len(self._existing_sessions) >= KNOWN_SESSIONS_KEPT:
             self._existing_sessions.clear()  # bounded: a forgotten key costs one SELECT
         self._existing_sessions.add(session_key)
+        return accepted
 
     async def take_inbound_for_run(self, ids: Sequence[int], run_id: str, session_key: str) -> str | None:
         """`take_inbound` + the session's model override (None: the configured model) in one

@@ -229,6 +229,24 @@ def insert_inbound(
     return int(conn.execute(_INSERT_INBOX, row).inserted_primary_key[0])
 
 
+def _routed_by(received_by: str | None) -> Any:
+    """Rows still the replica `received_by`'s to route: stored by it, or adopted by it from
+    a dead one (`adopt_inbound` re-stamps them). None is the single process (SQLite), or a
+    replica that could not name itself when it stored them."""
+    return InboxModel.received_by.is_not_distinct_from(received_by)
+
+
+def accept_statement(inbox_id: int, received_by: str | None, session_key: str, now: datetime) -> Any:
+    """`received` → `queued` for `session_key`, only while the row is still `received_by`'s
+    to route (a replica that lost its lock may find another one adopted it meanwhile)."""
+    return (
+        update(InboxModel)
+        .where(InboxModel.id == inbox_id, InboxModel.state == "received", _routed_by(received_by))
+        .values(state="queued", session_key=session_key, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+
+
 def claim_statement(ids: Sequence[int], run_id: str, now: datetime) -> Any:
     """Take the rows among `ids` that no run took yet, returning their ids."""
     return (
@@ -255,12 +273,28 @@ class InboxRepository(RepositoryBase):
         """The message was accepted for `session_key`: it waits for a run."""
         await self._set_state([inbox_id], "queued", session_key=session_key)
 
-    async def discard_inbound(self, inbox_id: int) -> None:
-        """The message was handled without a run (a command, a refusal, group chatter)."""
+    async def discard_inbound(self, inbox_id: int, *, routed: bool = False) -> None:
+        """The message was handled without a run (a command, a refusal, group chatter).
+        `routed`: only while the row is still this replica's to route (`route_received`)."""
+        query = delete(InboxModel).where(InboxModel.id == inbox_id)
+        if routed:
+            query = query.where(_routed_by(self.received_by))
         async with self._tx() as s:
-            await s.execute(
-                delete(InboxModel).where(InboxModel.id == inbox_id).execution_options(synchronize_session=False)
-            )
+            await s.execute(query.execution_options(synchronize_session=False))
+
+    async def route_received(self, inbox_id: int) -> bool:
+        """With replicas, before a stored message is routed: whether it is still this
+        replica's to route — `received`, stamped by it — and if so, fresh again, so that for
+        `orphan_after_s` nobody adopts it (what a replica does while its lock connection is
+        down: another one may already have adopted and answered the row)."""
+        now = self._now()
+        query = (
+            update(InboxModel)
+            .where(InboxModel.id == inbox_id, InboxModel.state == "received", _routed_by(self.received_by))
+            .values(updated_at=now)
+            .execution_options(synchronize_session=False)
+        )
+        return await self._transact(lambda conn: rowcount(conn.execute(query)) == 1)
 
     async def take_inbound(self, ids: Sequence[int], run_id: str) -> None:
         """The run `run_id` is about to answer these messages."""
