@@ -389,6 +389,12 @@ async def build(
         signals = Signals(storage.engine.url) if recover and shared else None
         if signals is not None:
             stack.push_async_callback(signals.aclose)
+        # Which replica runs a session; its identity lock is let go after the conversations
+        # (and, in `roost run`, the adapters) closed: until then this replica may still store
+        # messages, and must not look dead to the others.
+        claims = LaneClaims(storage.engine) if recover and shared else None
+        if claims is not None:
+            stack.push_async_callback(claims.aclose)
         stack.push_async_callback(conversations.aclose)
         conversations.lanes.load_modes(await storage.queue_modes())  # each session's /queue choice
         conversations.breakers = breakers
@@ -407,7 +413,7 @@ async def build(
         conversations.speech = speech(settings.tts)
         questions.resume = conversations.resume_question
         if recover and shared:
-            claims = LaneClaims(storage.engine)
+            assert claims is not None
             conversations.replicas = Replicas(conversations, claims)
             # One Discord gateway session / one Telegram poller for all replicas (adapters.lead).
             conversations.leads = functools.partial(Leadership, storage.engine)

@@ -142,6 +142,22 @@ class LaneClaims:
             with contextlib.suppress(Exception):
                 await conn.invalidate()
 
+    async def release_lanes(self) -> None:
+        """Shutting down: every lane goes to the other replicas now and none is claimed any
+        more, while the identity stays locked until `aclose` — the rows this replica still
+        stores until its adapters close are its own to route, never a dead replica's."""
+        async with self._lock:
+            self._closed = True
+            keys, self._held = [_key(k) for k in self._held], set()
+            if self._conn is None or not keys:
+                return
+            try:
+                async with asyncio.timeout(TIMEOUT_S):
+                    await self._conn.execute(_UNLOCK_MANY, {"keys": keys})
+            except Exception as exc:  # the server is away: the locks went with the connection
+                log.warning("lane.release_failed", extra={"error": type(exc).__name__})
+                await self._lost()
+
     async def aclose(self) -> None:
         """Every lane goes to the other replicas at once (the session ends)."""
         async with self._lock:
@@ -154,6 +170,9 @@ class LaneClaims:
                     await conn.close()
         if self._engine is not None:
             await self._engine.dispose()
+
+
+_UNLOCK_MANY = text("SELECT pg_advisory_unlock(k) FROM unnest(CAST(:keys AS bigint[])) AS k")
 
 
 def _key(session_key: str) -> int:

@@ -276,7 +276,7 @@ class Replicas:
 
     async def aclose(self) -> None:
         await self.stop()
-        await self.claims.aclose()
+        await self.claims.release_lanes()  # the identity goes when the app closes (bot.app)
         if self.released is not None:
             # The others sweep now rather than within `sweep_s`: a rolling restart's queued
             # messages (in sessions it held, or accepted while stopping) are answered at once.

@@ -167,3 +167,23 @@ async def test_a_replica_routing_late_after_its_lock_dropped_never_answers_what_
         replies = [m.text or "" for m in tg.bot_messages(OWNER)][before:]
         assert len(replies) == 1, replies
         assert len(fake_api.requests) == (0 if text.startswith("/") else 1)
+
+
+async def test_a_stopping_replica_lets_its_lanes_go_at_once_but_never_looks_dead_while_its_adapters_are_open(
+    dialect: str, tmp_path: Path, tg: FakeTelegram, fake_api: FakeAnthropic
+) -> None:
+    """A rolling restart: once A's conversations closed, its sessions are B's to take, but A
+    still stores what reaches its webhook until its adapter closes. Those rows stay A's to
+    route (B adopts them only once A is gone); before, A's identity went with its lanes."""
+    async with fresh_postgres_database() as url, webhook_replicas(tmp_path, tg, fake_api, url, 2) as started:
+        (a, _), (b, _) = started
+        ra, rb = a.app.conversations.replicas, b.app.conversations.replicas
+        assert ra is not None and rb is not None
+        name = await ra.identify()
+        assert name is not None and await ra.claims.claim("main")
+        await a.app.conversations.aclose()  # the drain of a rolling restart: the adapter is still open
+        assert await rb.claims.claim("main")  # its lanes are free at once
+        assert await rb.claims.alive(name)  # but A is not dead: what it still stores stays its own
+        await a.adapter.aclose()
+        await ra.claims.aclose()  # as the app's close does, after the adapters
+        assert not await rb.claims.alive(name)  # gone with its last connection
