@@ -144,7 +144,11 @@ async def test_a_replica_routing_late_after_its_lock_dropped_never_answers_what_
     async with fresh_postgres_database() as url, webhook_replicas(tmp_path, tg, fake_api, url, 2) as started:
         (a, _), (b, _) = started
         claims_a = a.app.conversations.replicas.claims  # type: ignore[union-attr]
-        b.app.conversations.replicas.orphan_after_s = 0.3  # type: ignore[union-attr]
+        for h, _ in started:  # sweeps at a test's pace (3 s and 2 s in production)
+            replicas = h.app.conversations.replicas
+            assert replicas is not None
+            replicas.sweep_s, replicas.orphan_after_s = 0.2, 0.3
+            replicas.wake()
         inbound = Inbound("telegram", "private", str(OWNER), str(OWNER), "Olivia", text, message_id="7", update_id="7")
         taken = await a.app.conversations.take(inbound)  # stored by A, not yet routed
         assert taken is not None
