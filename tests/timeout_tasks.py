@@ -9,9 +9,12 @@ of awaits (coroutine → the coroutine or future it awaits → …) and print fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
@@ -55,6 +58,46 @@ def print_tasks(out: Any = sys.stderr) -> None:
             print(line, file=out)
 
 
+ACTIVITY = """
+SELECT pid, datname, state, wait_event_type, wait_event, pg_blocking_pids(pid) AS blocked_by,
+       round(extract(epoch FROM now() - xact_start)::numeric, 1) AS xact_s, left(query, 120) AS query
+FROM pg_stat_activity WHERE datname LIKE 'roost_t_%' AND pid != pg_backend_pid() ORDER BY datname, pid
+"""
+
+
+def print_postgres_sessions(out: Any) -> None:
+    """The test databases' sessions: a statement waiting on a lock, or a transaction left
+    open, is the usual cause of a wait with no task of its own (asyncpg awaits a future)."""
+    raw = os.environ.get("ROOST_TEST_POSTGRES_URL")
+    if not raw:
+        return
+
+    async def query() -> list[Any]:
+        import asyncpg
+        from sqlalchemy.engine import make_url
+
+        from tests.storage_fixtures import _asyncpg_dsn
+
+        conn = await asyncpg.connect(_asyncpg_dsn(make_url(raw)), timeout=5)
+        try:
+            return list(await conn.fetch(ACTIVITY, timeout=5))
+        finally:
+            await conn.close()
+
+    rows: list[Any] = []
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            rows.extend(asyncio.run(query()))
+
+    thread = threading.Thread(target=run, daemon=True)  # this thread's loop is the test's
+    thread.start()
+    thread.join(10)
+    print(f"{'+' * 20} PostgreSQL sessions of the test databases {'+' * 20}", file=out)
+    for row in rows:
+        print("  " + " | ".join(f"{k}={row[k]}" for k in row.keys()), file=out)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Any:
     result = yield
@@ -63,6 +106,7 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Any:
 
         def handler(signum: int, frame: FrameType | None) -> None:
             print_tasks(sys.stdout)  # captured with the test's output, shown with its failure
+            print_postgres_sessions(sys.stdout)
             installed(signum, frame)
 
         signal.signal(signal.SIGALRM, handler)
