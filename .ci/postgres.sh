@@ -97,7 +97,22 @@ if [ "$(psql_admin -tAc "SELECT 1 FROM pg_database WHERE datname = '$DATABASE'")
   as_postgres createdb -p "$PORT" -O "$ROLE" "$DATABASE" >&2 || die "could not create database $DATABASE"
 fi
 
-# 6. Prove the URL works over TCP with the password, exactly as the tests will connect.
+# 6. Room for two test workers' replica tests at once: three replicas of one test hold up to
+# ~40 connections, and the default 100 (3 reserved) leaves no margin for two such tests plus
+# the rest. Raised once (a restart), kept after.
+MIN_CONNECTIONS=300
+if [ "$(psql_admin -tAc "SHOW max_connections")" -lt "$MIN_CONNECTIONS" ]; then
+  log "raising max_connections to $MIN_CONNECTIONS (restart)"
+  psql_admin -c "ALTER SYSTEM SET max_connections = $MIN_CONNECTIONS;" >&2 || die "could not set max_connections"
+  "${SUDO[@]}" pg_ctlcluster "$VERSION" "$NAME" restart >&2 || die "pg_ctlcluster $VERSION $NAME restart failed"
+  deadline=$((SECONDS + WAIT_SECONDS))
+  until pg_isready -q -h 127.0.0.1 -p "$PORT"; do
+    [ "$SECONDS" -lt "$deadline" ] || die "server did not come back within ${WAIT_SECONDS}s after the restart"
+    sleep 0.5
+  done
+fi
+
+# 7. Prove the URL works over TCP with the password, exactly as the tests will connect.
 PGPASSWORD=$PASSWORD psql -X -q -h 127.0.0.1 -p "$PORT" -U "$ROLE" -d "$DATABASE" -tAc 'SELECT 1' >/dev/null \
   || die "cannot log in as $ROLE to $DATABASE over 127.0.0.1:$PORT (check pg_hba.conf)"
 

@@ -33,6 +33,8 @@ TOKEN = re.compile(r"m-\d+-\d+")
 CHATS = 30
 PER_CHAT = 10
 REPLICAS = 3
+CONNECTIONS_PER_REPLICA = 14
+"""bot.storage.engine: 10 pooled at most, plus lane locks, signals and up to two leads."""
 
 
 def answer_tokens(body: dict[str, Any]) -> Reply:
@@ -75,7 +77,24 @@ async def test_three_replicas_answer_each_message_once_in_each_chats_order(
     for chat in chats:
         tg.add_chat(chat, type="group", title=f"Group {chat}")
     sent: dict[int, list[str]] = {chat: [] for chat in chats}
+    peak = 0
+
+    async def count_connections(url: str) -> None:
+        """The most connections the replicas held at once (sampled every 20 ms)."""
+        nonlocal peak
+        conn = await asyncpg.connect(_asyncpg_dsn(make_url(url)))
+        try:
+            while True:
+                n = await conn.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid != pg_backend_pid()"
+                )
+                peak = max(peak, n)
+                await asyncio.sleep(0.02)  # timing-ok: a sampling period, not a wait for a state
+        finally:
+            await conn.close()
+
     async with fresh_postgres_database() as url, webhook_replicas(tmp_path, tg, fake_api, url, REPLICAS) as started:
+        sampler = asyncio.create_task(count_connections(url))
         hooks = [hook for _, hook in started]
         update_id = 10_000
         posted = 0
@@ -119,3 +138,6 @@ async def test_three_replicas_answer_each_message_once_in_each_chats_order(
         # In each chat's order, whichever replica stored or routed each message.
         disordered = {chat: got[chat] for chat in chats if got[chat] != sent[chat]}
         assert not disordered, f"answered out of the chat's order: {disordered}"
+        sampler.cancel()
+        # A deployment's connection budget (README): three busy replicas once held 53.
+        assert 0 < peak <= REPLICAS * CONNECTIONS_PER_REPLICA, f"{peak} connections for {REPLICAS} replicas"

@@ -29,6 +29,15 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 SUPPORTED_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
 
 
+PG_POOL_SIZE = 5
+PG_POOL_OVERFLOW = 5
+"""A replica's pooled PostgreSQL connections: at most 10 (transactions are milliseconds
+long; a burst waits for a free one), plus up to 4 of its own (lane locks, signals, the
+scheduler's and a platform's lead). SQLAlchemy's default overflow (10 more) let three busy
+replicas open 53 connections, and two such deployments' worth exhausted PostgreSQL's
+default 100 ("too many clients": refused claims, lost locks)."""
+
+
 def create_engine(url: str | URL, *, echo: bool = False) -> AsyncEngine:
     """Build an engine for `url`; raises ValueError for a driver Roost does not support."""
     parsed = make_url(url)
@@ -40,7 +49,9 @@ def create_engine(url: str | URL, *, echo: bool = False) -> AsyncEngine:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, echo=echo)
     # pre_ping: a PostgreSQL server restart must not surface as an error on the next query.
-    return create_async_engine(parsed, echo=echo, pool_pre_ping=True)
+    return create_async_engine(
+        parsed, echo=echo, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_POOL_OVERFLOW
+    )
 
 
 def is_memory_sqlite(url: URL) -> bool:
