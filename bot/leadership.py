@@ -74,7 +74,8 @@ class Leadership:
         """Wait until this replica leads (or `timeout`); whether it does."""
         async with self.changes:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changes.wait_for(lambda: self.held), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel (3.11)
+                    await self.changes.wait_for(lambda: self.held)
         return self.held
 
     async def wait_for(self, held: bool) -> None:

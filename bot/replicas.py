@@ -252,7 +252,7 @@ class Replicas:
         self._wake.set()
 
     async def _sweep(self) -> None:
-        while True:
+        while not self._stopped:
             self._wake.clear()  # a wake from here on means one more sweep
             try:
                 await self.adopt_unrouted()
@@ -262,8 +262,11 @@ class Replicas:
             except Exception:  # the database is away: the next sweep tries again
                 log.warning("replicas.sweep_failed", exc_info=True)
             self.sweeps += 1
+            # The period, or a wake. Not `asyncio.wait_for`: on Python 3.11 a cancel that
+            # meets a wake is swallowed, and `stop` then waited for this loop for ever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.sweep_s)  # the period, or a wake
+                async with asyncio.timeout(self.sweep_s):
+                    await self._wake.wait()
 
     async def stop(self) -> None:
         """Shutting down: no session is taken any more (held ones stay until `aclose`)."""
@@ -271,8 +274,8 @@ class Replicas:
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
             sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            # Its cancellation comes back as a result; a cancel of ours still propagates.
+            await asyncio.gather(sweeper, return_exceptions=True)
 
     async def aclose(self) -> None:
         await self.stop()

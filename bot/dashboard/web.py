@@ -300,12 +300,11 @@ class Dashboard:
         async def stream() -> AsyncIterator[bytes]:
             with self.hub.subscribe() as queue:
                 yield b"retry: 2000\n\n"
-                waited = 0.0
                 while not self.hub.closed.is_set():
-                    try:
-                        name = await asyncio.wait_for(queue.get(), timeout=TICK_S)
+                    try:  # not `asyncio.wait_for`: it can swallow the cancel of a closing stream (3.11)
+                        async with asyncio.timeout(TICK_S):
+                            name = await queue.get()
                     except TimeoutError:
-                        waited += TICK_S
                         yield b"event: tick\ndata: 1\n\n"
                         continue
                     yield f"event: {name}\ndata: 1\n\n".encode()
