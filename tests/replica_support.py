@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,10 +20,10 @@ from sqlalchemy.engine import make_url
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import Reply, reply_text, user_blocks
 from tests.fakes.telegram_api import FakeTelegram
+from tests.roost_process import start_roost_run
 from tests.storage_fixtures import _asyncpg_dsn
 from tests.telegram_harness import OWNER, Harness, free_port, running
 
-ROOT = Path(__file__).resolve().parent.parent
 SECRET = "replica-secret_0123456789"
 
 
@@ -55,8 +53,9 @@ def roost_process(
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """A real `roost run` replica on the database `url` (its own ROOST_HOME, the shared
     workspace), with the platform settings `env`; its output goes to `<name>.log`."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
-    full.update(
+    log = tmp_path / f"{name}.log"
+    process = start_roost_run(
+        log,
         ROOST_HOME=str(tmp_path / name),
         ROOST_WORKSPACE=str(tmp_path / "workspace"),
         ROOST_DATABASE_URL=url,
@@ -66,9 +65,6 @@ def roost_process(
         ANTHROPIC_BASE_URL=llm.base_url,
         **env,
     )
-    log = tmp_path / f"{name}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=full, stdout=out, stderr=out)
     return process, log
 
 

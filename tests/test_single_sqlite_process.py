@@ -5,10 +5,8 @@ first process killed with -9 never leaves the database locked for the next start
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -16,16 +14,17 @@ import httpx
 from tests.fakes.anthropic_api import FakeAnthropic
 from tests.fakes.anthropic_script import reply_text
 from tests.fakes.telegram_api import FakeTelegram
+from tests.roost_process import start_roost_run
 from tests.telegram_harness import OWNER, TOKEN, free_port, tg  # noqa: F401  (fixture)
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def start(
     tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, name: str, **extra: str
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOST_", "TELEGRAM_", "ANTHROPIC_", "DISCORD_"))}
-    env.update(
+    log = tmp_path / f"{name}.log"
+    process = start_roost_run(
+        log,
         ROOST_HOME=str(tmp_path / "home"),
         ROOST_OWNERS=f'["telegram:{OWNER}"]',
         ROOST_AGENT__MODEL="claude-test",
@@ -35,9 +34,6 @@ def start(
         ANTHROPIC_BASE_URL=llm.base_url,
         **extra,
     )
-    log = tmp_path / f"{name}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "bot.cli", "run"], cwd=ROOT, env=env, stdout=out, stderr=out)
     return process, log
 
 
