@@ -8,15 +8,14 @@ import contextlib
 import dataclasses
 import uuid
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from adapters.base import Adapter, Button, ButtonAnswer, Delivery, SendsNotices, Taken
+from adapters.base import Adapter, ButtonAnswer, Delivery, SendsNotices, Taken
 from adapters.catch_up import ChannelCursors
 from adapters.lead import Leads
-from adapters.media import FileSender
 from agent_core.approvals import ApprovalGate, Decision, ResolveResult
 from agent_core.events import RunFailed, RunFinished, RunStarted
 from agent_core.inbound import Inbound, ReplyTarget
@@ -32,6 +31,7 @@ from bot.operations import chat_actor
 from bot.pending import Pending
 from bot.registry import Registry
 from bot.lanes import LaneFull, Lanes, LanesClosed
+from bot.messenger import AdapterMessenger
 from bot.ratelimits import RateLimiter
 from bot.run_metrics import Metrics, owner_notifier
 from bot.roles import AccessManager, IsAdmin
@@ -42,6 +42,7 @@ from bot.session_keys import scope_of
 from bot.storage import Storage
 from bot.storage.inbox import InboxMessage, InboxRow
 from bot.turn_content import ALBUM_SETTLE_S, gather_album, turn_content, with_media
+from bot.voice_reply import send_voice_reply, spoke
 from workspace.context import LogCutoffs
 from workspace.daily_log import append_run_entry
 
@@ -70,30 +71,6 @@ def cleaned(inbound: Inbound) -> Inbound:
     if text is inbound.text and name is inbound.sender_name:
         return inbound
     return dataclasses.replace(inbound, text=text, sender_name=name)
-
-
-class AdapterMessenger:
-    """`send_message` for a run: delivers to the chat the run answers, confirmed or raising."""
-
-    def __init__(self, adapter: Adapter, target: ReplyTarget) -> None:
-        self._adapter = adapter
-        self._target = ReplyTarget(target.platform, target.chat_id, target.thread_id)
-
-    async def send(self, text: str) -> str:
-        message_id = await self._adapter.send_text(self._target, text)
-        return f"delivered as message {message_id}"
-
-    async def send_file(self, filename: str, data: bytes, caption: str, send_as: str) -> str:
-        """`send_file`: the adapter posts it (`adapters.media.FileSender`), confirmed or raising."""
-        if not isinstance(self._adapter, FileSender):
-            raise RuntimeError(f"{self._target.platform} cannot send files")
-        message_id = await self._adapter.send_file(self._target, data, filename, caption=caption, send_as=send_as)  # type: ignore[arg-type]
-        return f"delivered as message {message_id}"
-
-    async def send_choices(self, text: str, choices: Sequence[tuple[str, str]]) -> str:
-        """A message with buttons (ask_user's options); presses come back to press_button."""
-        buttons = [Button(label[:64], action) for label, action in choices]
-        return await self._adapter.send_text(self._target, text, buttons=buttons)
 
 
 class Conversations:
@@ -530,8 +507,8 @@ class Conversations:
             if outcome is not None:
                 # The user has the answer: a message now is next, not "waiting for the answer".
                 self.lanes.answered(key)
-            if isinstance(outcome, RunFinished) and outcome.text and self.speech is not None and _spoke(items):
-                self._spawn(self._voice_reply(key, adapter, target, outcome.text))
+            if isinstance(outcome, RunFinished) and outcome.text and self.speech is not None and spoke(items):
+                self._spawn(send_voice_reply(self.speech, self.storage, key, adapter, target, outcome.text))
         except asyncio.CancelledError:
             cancelled = True
             raise
@@ -551,28 +528,6 @@ class Conversations:
         task = asyncio.ensure_future(work)
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
-
-    async def _voice_reply(self, key: str, adapter: Adapter, target: ReplyTarget, text: str) -> None:
-        """`/voice on`: the answer to a voice note also comes back spoken (after the text)."""
-        from adapters.media import FileSender
-        from bot.tts import SpeechError
-
-        try:
-            if self.speech is None or not await self.storage.voice_replies(key) or not isinstance(adapter, FileSender):
-                return
-            audio = await self.speech.speak(text)
-            await adapter.send_file(ReplyTarget(target.platform, target.chat_id, target.thread_id),
-                                    audio, "answer.ogg", send_as="voice")
-        except SpeechError as exc:
-            await self._notify_target(adapter, target, f"🔇 I couldn't speak this answer: {exc}.")
-        except Exception:
-            log.exception("voice_reply.failed", extra={"session": key})
-
-    async def _notify_target(self, adapter: Adapter, target: ReplyTarget, text: str) -> None:
-        try:
-            await adapter.send_text(target, text)
-        except Exception:
-            log.exception("notice.failed", extra={"platform": target.platform})
 
     async def _shielded(self, work: Coroutine[Any, Any, T]) -> T:
         """Run `work` to its end even if the caller is cancelled (a stopped run still closes
@@ -656,11 +611,6 @@ class Conversations:
         if self.replicas is not None:  # only now may another replica take these sessions
             await self.replicas.aclose()
         await self.metrics.settle()  # stored before the database closes
-
-
-def _spoke(items: list[Pending]) -> bool:
-    """Whether a voice note (or audio) is among the messages a run answers."""
-    return any(a.kind in ("voice", "audio") for p in items for a in p.inbound.attachments)
 
 
 def _inbox_ids(items: list[Pending]) -> list[int]:
